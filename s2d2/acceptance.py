@@ -1,0 +1,107 @@
+"""Speculative acceptance: accept a draft with min(1, q/p), else resample (q - p)+.
+
+``p`` is the drafter's distribution (the block-diffusion forward), ``q`` the
+verifier's (the same model at block size 1). With drafts sampled from ``p`` the
+committed token is distributed exactly as ``q``: the accept-or-resample step
+of speculative sampling. Residual energy reads the verifier as an energy
+correction of the drafter, ``q ∝ p · exp(-E)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .sampling import sample, uniform
+
+ACCEPTANCE_MODES = ("stochastic", "greedy")
+
+
+@dataclass
+class SpanVerdict:
+    """Outcome of verifying a span of drafts, all tensors on the model's device.
+
+    ``accepted`` is the length of the accepted prefix; ``correction`` is the
+    token committed at the first rejected position (meaningless when every
+    draft was accepted). ``ratio``, ``energy`` and ``residual_mass`` are per
+    span position, for the trace.
+    """
+
+    accepted: torch.Tensor
+    correction: torch.Tensor
+    ratio: torch.Tensor
+    energy: torch.Tensor
+    residual_mass: torch.Tensor
+
+
+def residual_energy(p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
+    """``e = log p(x) - log q(x)`` per drafted token; acceptance is ``min(1, exp(-e))``."""
+    tiny = torch.finfo(p_draft.dtype).tiny
+    return p_draft.clamp_min(tiny).log() - q_draft.clamp_min(tiny).log()
+
+
+def residual_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``Σ_v (q - p)+`` per row: the total-variation distance, i.e. the rejection
+    probability of a draft drawn from ``p``."""
+    return (q - p).clamp_min(0).sum(dim=-1)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Normalised ``(q - p)+`` per row, falling back to ``q`` where it is empty."""
+    residual = (q - p).clamp_min(0)
+    total = residual.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, residual / total.clamp_min(torch.finfo(q.dtype).tiny), q)
+
+
+def speculative_accept(
+    drafts: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    generator: torch.Generator,
+    mode: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-wise accept decisions and replacement tokens, independent per row.
+
+    Returns ``(accept, replacement)``: whether each row's draft passes, and the
+    token to commit in its place if it does not. ``stochastic`` accepts with
+    probability ``min(1, q(x)/p(x))`` and resamples from the residual, even when
+    the drafts were argmax (the paper's behaviour at temperature 0); ``greedy`` accepts iff the draft is
+    ``argmax q`` and otherwise substitutes ``argmax q``, which is exact
+    block-size-1 greedy decoding.
+    """
+    if mode == "greedy":
+        target = q.argmax(dim=-1)
+        return drafts == target, target
+    p_x = p.gather(-1, drafts[:, None]).squeeze(-1)
+    q_x = q.gather(-1, drafts[:, None]).squeeze(-1)
+    u = uniform(drafts.shape[0], generator, drafts.device)
+    accept = u * p_x < q_x
+    replacement = sample(residual_distribution(p, q), generator, greedy=False)
+    return accept, replacement
+
+
+def verify_drafts(
+    drafts: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    generator: torch.Generator,
+    mode: str,
+) -> SpanVerdict:
+    """Walk a span left to right: keep the accepted prefix, correct the first rejection.
+
+    Decisions are made for every row at once and the prefix is found with a
+    cumulative product, so the whole span costs a handful of tensor ops.
+    """
+    accept, replacement = speculative_accept(drafts, p, q, generator, mode)
+    accepted = accept.long().cumprod(dim=0).sum()
+    first_rejection = accepted.clamp_max(drafts.shape[0] - 1)
+    p_x = p.gather(-1, drafts[:, None]).squeeze(-1)
+    q_x = q.gather(-1, drafts[:, None]).squeeze(-1)
+    return SpanVerdict(
+        accepted=accepted,
+        correction=replacement[first_rejection],
+        ratio=q_x / p_x.clamp_min(torch.finfo(p_x.dtype).tiny),
+        energy=residual_energy(p_x, q_x),
+        residual_mass=residual_mass(p, q),
+    )

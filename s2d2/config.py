@@ -1,0 +1,212 @@
+"""Validated decoding settings and the paper's configurations as named presets.
+
+Settings are frozen dataclasses checked on construction, so an impossible
+combination (block length 0, ``τ_on ≤ τ_off``, ...) fails with a clear
+``ValueError`` before any forward runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .acceptance import ACCEPTANCE_MODES
+from .policies import ESTIMATORS, POLICIES, SCORE_TYPES
+from .sampling import SamplingConfig
+
+METHODS = ("ar", "static", "dynamic", "s2d2")
+COMMIT_RULES = ("static", "dynamic")
+
+
+def _check_unit(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """S2D2's verifier: when to verify (policy), how to estimate acceptance, how to accept.
+
+    Defaults follow the paper's configurations: ``soft_entropy_negexp`` with
+    ``T = 1``, static score with ``c = 1`` and ``τ_score = 0``.
+    """
+
+    policy: str = "score"
+    acceptance: str = "stochastic"
+    estimator: str = "soft_entropy_negexp"
+    entropy_temperature: float = 1.0
+    margin: float = 0.05
+    confidence_power: float = 0.8
+    score: str = "static"
+    c: float = 1.0
+    tau_score: float = 0.0
+    tau_on: float = 1.0
+    tau_off: float = -5.0
+    tau_span: int = 1
+    ucb_beta: float = 1.0
+    ucb_bins: tuple[int, int, int] = (2, 2, 2)
+
+    def __post_init__(self) -> None:
+        _check_choice("policy", self.policy, POLICIES)
+        _check_choice("acceptance mode", self.acceptance, ACCEPTANCE_MODES)
+        _check_choice("acceptance estimator", self.estimator, ESTIMATORS)
+        _check_choice("score type", self.score, SCORE_TYPES)
+        if self.tau_on <= self.tau_off:
+            raise ValueError(f"hysteresis needs tau_on > tau_off, got tau_on={self.tau_on}, tau_off={self.tau_off}")
+        if self.tau_span < 1:
+            raise ValueError(f"tau_span (minimum span) must be >= 1, got {self.tau_span}")
+        if self.entropy_temperature <= 0 or self.confidence_power <= 0:
+            raise ValueError("estimator temperature and confidence power must be > 0")
+        _check_unit("margin", self.margin)
+        if self.ucb_beta < 0 or len(self.ucb_bins) != 3 or min(self.ucb_bins) < 1:
+            raise ValueError("ucb_beta must be >= 0 and ucb_bins three counts >= 1")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decoding method and everything it needs.
+
+    ``steps`` is the number of denoising steps per block; the static schedule
+    commits ``block_length / steps`` tokens per step and is also the per-step
+    minimum of the dynamic rule and of S2D2's fallback. ``s2d2_rule`` is the
+    diffusion rule S2D2 uses when the router skips verification. AR is block
+    size 1 with one step, whatever the block settings say.
+    """
+
+    method: str = "s2d2"
+    block_length: int = 4
+    steps: int | None = None
+    threshold: float = 0.9
+    s2d2_rule: str = "dynamic"
+    max_new_tokens: int = 128
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    cache_ver: bool = False
+    draft_ver: bool = False
+    fuse_commit: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_choice("method", self.method, METHODS)
+        _check_choice("S2D2 diffusion rule", self.s2d2_rule, COMMIT_RULES)
+        if self.method == "ar":
+            object.__setattr__(self, "block_length", 1)
+            object.__setattr__(self, "steps", 1)
+        if self.block_length < 1:
+            raise ValueError(f"block length must be >= 1, got {self.block_length}")
+        if self.steps is None:
+            object.__setattr__(self, "steps", self.block_length)
+        if not 1 <= self.steps <= self.block_length:
+            raise ValueError(f"steps must be between 1 and the block length ({self.block_length}), got {self.steps}")
+        _check_unit("threshold τ", self.threshold)
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def commit_rule(self) -> str:
+        """The diffusion commit rule: what the baseline does, and S2D2 when it skips."""
+        if self.method == "s2d2":
+            return self.s2d2_rule
+        return "dynamic" if self.method == "dynamic" else "static"
+
+    def schedule(self) -> list[int]:
+        """Tokens per step of the static schedule: ``B // S``, the remainder first."""
+        base, extra = divmod(self.block_length, self.steps)
+        return [base + (i < extra) for i in range(self.steps)]
+
+    def replace(self, **changes) -> "DecodeConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DecodeConfig":
+        data = dict(data)
+        sampling = SamplingConfig(**data.pop("sampling", {}))
+        verify = data.pop("verify", {})
+        if "ucb_bins" in verify:
+            verify = {**verify, "ucb_bins": tuple(verify["ucb_bins"])}
+        return cls(sampling=sampling, verify=VerifyConfig(**verify), **data)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration, with where it comes from."""
+
+    name: str
+    description: str
+    settings: dict
+
+
+# The paper's SDAR configurations (spec section 7). All use soft_entropy_negexp.
+PRESETS = {
+    p.name: p
+    for p in (
+        Preset(
+            "sdar-a",
+            "Paper config A: B=4, 4 steps, dynamic τ=0.85; verify iff E[K] − 1 ≥ 0; AR-like caching.",
+            dict(
+                method="s2d2",
+                block_length=4,
+                steps=4,
+                threshold=0.85,
+                s2d2_rule="dynamic",
+                cache_ver=True,
+                draft_ver=True,
+                verify=dict(policy="score", score="static", c=1.0, tau_score=0.0),
+            ),
+        ),
+        Preset(
+            "sdar-b",
+            "Paper config B: B=16, 16 steps, dynamic τ=0.85; c=0, so it always verifies; AR-like caching.",
+            dict(
+                method="s2d2",
+                block_length=16,
+                steps=16,
+                threshold=0.85,
+                s2d2_rule="dynamic",
+                cache_ver=True,
+                draft_ver=True,
+                verify=dict(policy="score", score="static", c=0.0, tau_score=0.0),
+            ),
+        ),
+        Preset(
+            "hysteresis",
+            "Fast-dLLM v2 style router at B=16: hysteresis τ_on=1, τ_off=−5 on the dynamic score with c=1, τ=0.9.",
+            dict(
+                method="s2d2",
+                block_length=16,
+                steps=16,
+                threshold=0.9,
+                s2d2_rule="dynamic",
+                verify=dict(policy="hysteresis", score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0),
+            ),
+        ),
+        Preset(
+            "min-span",
+            "Minimum-span router: B=16, verify only spans of at least 8 masked positions (Fast-dLLM v2 config C).",
+            dict(method="s2d2", block_length=16, steps=16, threshold=0.9, s2d2_rule="dynamic", verify=dict(policy="min_span", tau_span=8)),
+        ),
+    )
+}
+
+
+def preset_config(name: str, **overrides) -> DecodeConfig:
+    """The :class:`DecodeConfig` of a preset, with ``overrides`` applied on top.
+
+    ``verify`` and ``sampling`` overrides are merged field by field.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    settings = {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].settings.items()}
+    for key in ("verify", "sampling"):
+        if key in overrides:
+            settings[key] = {**settings.get(key, {}), **overrides.pop(key)}
+    settings.update(overrides)
+    return DecodeConfig.from_dict(settings)

@@ -1,0 +1,109 @@
+"""Attention masks for block diffusion, built as boolean "may attend" matrices.
+
+Every forward of the engine passes an explicit additive float mask of shape
+``(1, 1, queries, cached + queries)`` to a stock transformers model: ``0`` where a
+query may attend, ``finfo.min`` where it may not. A boolean mask would be read
+with the opposite meaning by some attention backends, and ``attention_mask=None``
+means *causal* in stock classes, so the engine never relies on either.
+
+The functions here build the in-forward part of each mask as a boolean matrix
+(``True`` = attend); :func:`additive_mask` prepends the always-visible cache
+columns and converts. Keeping them boolean makes them easy to test and to show.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Row ``i`` sees columns ``j <= i``."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def block_causal(n: int, block_length: int, offset: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Row ``i`` sees every column whose block is not after row ``i``'s block.
+
+    ``offset`` is the absolute position of the first row, so that blocks stay
+    aligned to multiples of ``block_length`` from the start of the sequence,
+    which is how block-diffusion models are trained.
+    """
+    block = (torch.arange(n, device=device) + offset) // block_length
+    return block[None, :] <= block[:, None]
+
+
+def draft_mask(
+    commit_length: int,
+    block_length: int,
+    commit_causal: bool,
+    causal_rows: torch.Tensor | None = None,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Mask for a draft forward over ``[finished block | current block]``.
+
+    The finished block (``commit_length`` tokens, possibly zero) is the fused
+    commit of spec section 6: its rows see each other causally when the cache is
+    kept AR-like (``commit_causal``, the ``cache_ver`` option) and
+    bidirectionally otherwise; it never sees the current block. The current
+    block sees the whole finished block and itself bidirectionally, except that
+    rows flagged in ``causal_rows`` (the ``draft_ver`` option: already committed
+    positions) only see current-block columns up to themselves.
+    """
+    n = commit_length + block_length
+    allowed = torch.zeros(n, n, dtype=torch.bool, device=device)
+    if commit_length:
+        allowed[:commit_length, :commit_length] = causal(commit_length, device) if commit_causal else True
+    allowed[commit_length:, :commit_length] = True
+    allowed[commit_length:, commit_length:] = True
+    if causal_rows is not None:
+        rows = commit_length + torch.nonzero(causal_rows).flatten()
+        allowed[rows, commit_length:] = causal(block_length, device)[rows - commit_length]
+    return allowed
+
+
+def verifier_mask(prefix_length: int, span_start: int, span_length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The "2L" verifier mask of a position-aligned model (spec section 3, step 4).
+
+    Input is ``[block[:prefix_length] with drafts filled | span_length mask tokens]``
+    with ``prefix_length = span_start + span_length - 1`` at most. First-half rows
+    are causal. Second-half row ``k`` stands for block position ``span_start + k``:
+    it sees the first half up to (not including) that position and itself, so its
+    logits are the block-size-1 (autoregressive) distribution at that position.
+    """
+    n = prefix_length + span_length
+    allowed = torch.zeros(n, n, dtype=torch.bool, device=device)
+    allowed[:prefix_length, :prefix_length] = causal(prefix_length, device)
+    visible = span_start + torch.arange(span_length, device=device)
+    first_half = torch.arange(prefix_length, device=device)
+    allowed[prefix_length:, :prefix_length] = first_half[None, :] < visible[:, None]
+    idx = prefix_length + torch.arange(span_length, device=device)
+    allowed[idx, idx] = True
+    return allowed
+
+
+def training_mask(length: int, block_length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """SDAR's training mask over ``[noisy copy | clean copy]`` of one sequence.
+
+    A noisy row sees its own noisy block bidirectionally and the clean copy of
+    every earlier block; a clean row sees the clean copy block-causally. One
+    forward thus trains every block's denoising in parallel, each conditioned on
+    the clean past exactly as at decoding time.
+    """
+    block = torch.arange(length, device=device) // block_length
+    same_block = block[:, None] == block[None, :]
+    earlier = block[None, :] < block[:, None]
+    allowed = torch.zeros(2 * length, 2 * length, dtype=torch.bool, device=device)
+    allowed[:length, :length] = same_block
+    allowed[:length, length:] = earlier
+    allowed[length:, length:] = block[None, :] <= block[:, None]
+    return allowed
+
+
+def additive_mask(allowed: torch.Tensor, cached: int, dtype: torch.dtype) -> torch.Tensor:
+    """Prepend ``cached`` always-visible columns and convert to an additive 4D mask."""
+    if cached:
+        visible = torch.ones(allowed.shape[0], cached, dtype=torch.bool, device=allowed.device)
+        allowed = torch.cat([visible, allowed], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]

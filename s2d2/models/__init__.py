@@ -1,0 +1,94 @@
+"""Model adapters and the registry that picks one from a checkpoint's ``config.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from .base import BlockDiffusionModel, KVSession
+from .sdar import SDARModel
+
+__all__ = ["BlockDiffusionModel", "KVSession", "ModelLoadError", "load_model", "DEFAULT_MODEL", "ADAPTERS"]
+
+DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
+ADAPTERS = (SDARModel,)
+
+
+class ModelLoadError(ValueError):
+    """A model could not be loaded; the message says why in one line."""
+
+
+def _hub_error(source: str, err: Exception) -> ModelLoadError:
+    name = type(err).__name__
+    if "Gated" in name:
+        why = "it is gated: accept its licence on huggingface.co and log in with `hf auth login`"
+    elif "RepositoryNotFound" in name:
+        why = "no such model on the Hugging Face Hub (or it is private)"
+    elif os.environ.get("HF_HUB_OFFLINE") == "1" or "Offline" in name or "LocalEntryNotFound" in name:
+        why = "the Hub cannot be reached (offline) and it is not in the local cache"
+    else:
+        why = f"the Hub could not be reached ({name})"
+    return ModelLoadError(f"cannot load {source!r}: {why}")
+
+
+def read_config(source: str) -> dict:
+    """``config.json`` of a local checkpoint directory or a Hub model id."""
+    path = Path(source)
+    if path.is_dir():
+        config_file = path / "config.json"
+        if not config_file.exists():
+            raise ModelLoadError(f"cannot load {source!r}: the directory has no config.json")
+        return json.loads(config_file.read_text())
+    if path.suffix or source.startswith((".", "/")) or source.count("/") != 1:
+        raise ModelLoadError(f"cannot load {source!r}: not a checkpoint directory nor a Hub id like 'owner/name'")
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return json.loads(Path(hf_hub_download(source, "config.json")).read_text())
+    except Exception as err:  # every Hub failure becomes one clear line
+        raise _hub_error(source, err) from None
+
+
+def adapter_for(config: dict) -> type[BlockDiffusionModel]:
+    for adapter in ADAPTERS:
+        if adapter.matches(config):
+            return adapter
+    known = ", ".join(a.family for a in ADAPTERS)
+    raise ModelLoadError(
+        f"unsupported model (model_type={config.get('model_type')!r}, architectures={config.get('architectures')}); "
+        f"supported families: {known}"
+    )
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(source: str = DEFAULT_MODEL, device: str | None = None, dtype: torch.dtype | None = None) -> BlockDiffusionModel:
+    """Load a block-diffusion checkpoint (directory or Hub id) behind the engine's interface.
+
+    fp32 on CPU and bf16 on GPU unless ``dtype`` says otherwise.
+    """
+    from transformers import AutoTokenizer
+
+    device = device or default_device()
+    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
+    config = read_config(source)
+    adapter = adapter_for(config)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        return adapter.load(source, config, tokenizer, device, dtype, name=_display_name(source))
+    except ModelLoadError:
+        raise
+    except OSError as err:
+        raise _hub_error(source, err) from None
+
+
+def _display_name(source: str) -> str:
+    path = Path(source)
+    if path.is_dir():
+        return "bundled" if path.resolve() == Path(DEFAULT_MODEL) else path.name
+    return source

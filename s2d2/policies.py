@@ -1,0 +1,217 @@
+"""When is verification worth a forward? Acceptance estimators and routing policies.
+
+A verification costs one extra forward and commits the accepted prefix of the
+span plus one token. The estimators guess, from the *drafter's* distribution
+alone, how likely each drafted token is to be accepted (``α_i``); the expected
+number of accepted tokens is ``E[K] = Σ_k Π_{i≤k} α_i`` (spec section 4).
+Policies turn that, and the state they keep across steps, into verify or skip.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from .trace import RouteRecord
+
+ESTIMATORS = ("soft_entropy_negexp", "hard_margin", "soft_confidence")
+POLICIES = ("always", "min_span", "score", "hysteresis", "ucb")
+SCORE_TYPES = ("static", "dynamic")
+
+
+def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy of each row divided by ``log V``: 0 is certain, 1 uniform."""
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
+    return entropy / math.log(probs.shape[-1])
+
+
+def acceptance_estimate(probs: torch.Tensor, confidence: torch.Tensor, verify) -> torch.Tensor:
+    """Per-position acceptance estimates ``α_i`` of the span's drafts.
+
+    ``probs`` are the drafter's rows for the span, ``confidence`` the
+    probability of each drafted token, ``verify`` the :class:`VerifyConfig`.
+    """
+    if verify.estimator == "soft_entropy_negexp":
+        return torch.exp(-verify.entropy_temperature * normalized_entropy(probs))
+    if verify.estimator == "hard_margin":
+        top2 = probs.topk(2, dim=-1).values
+        return (top2[:, 0] - top2[:, 1] > verify.margin).float()
+    if verify.estimator == "soft_confidence":
+        return confidence.clamp(0, 1) ** verify.confidence_power
+    raise ValueError(f"unknown acceptance estimator {verify.estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+
+
+def expected_accepted_length(alpha: torch.Tensor) -> torch.Tensor:
+    """``E[K] = Σ_k Π_{i≤k} α_i``: each draft is accepted only if all before it were."""
+    return alpha.clamp(0, 1).cumprod(dim=0).sum()
+
+
+@dataclass
+class RouteContext:
+    """What a policy may look at when a step's span is known."""
+
+    span_start: int
+    span_length: int
+    block_length: int
+    block_progress: float
+    expected_accepted: float
+    n_high: int
+    mean_entropy: float
+
+
+class Policy(ABC):
+    """Decides verify or skip; ``observe`` hears what the decision earned."""
+
+    name = ""
+
+    def __init__(self, verify):
+        self.verify = verify
+
+    @abstractmethod
+    def decide(self, ctx: RouteContext) -> RouteRecord:
+        """Verify or skip this step's span, with the inputs recorded."""
+
+    def observe(self, route: RouteRecord, committed: int) -> None:
+        """Reward feedback after the step; only learning policies use it."""
+
+    def _record(self, ctx: RouteContext, verify: bool, **extra) -> RouteRecord:
+        return RouteRecord(
+            policy=self.name,
+            verify=verify,
+            span_start=ctx.span_start,
+            span_length=ctx.span_length,
+            expected_accepted=ctx.expected_accepted,
+            n_high=ctx.n_high,
+            **extra,
+        )
+
+    def score(self, ctx: RouteContext) -> float:
+        """``s = E[K] - c`` (static) or ``s = E[K] - c · n_high`` (dynamic).
+
+        ``n_high`` is what the diffusion rule would commit for free this step,
+        so the dynamic score asks whether verification beats it.
+        """
+        penalty = self.verify.c * (ctx.n_high if self.verify.score == "dynamic" else 1)
+        return ctx.expected_accepted - penalty
+
+
+class AlwaysVerify(Policy):
+    name = "always"
+
+    def decide(self, ctx):
+        return self._record(ctx, True)
+
+
+class MinimumSpanPolicy(Policy):
+    """Verify iff the span is long enough to be worth a forward."""
+
+    name = "min_span"
+
+    def decide(self, ctx):
+        return self._record(ctx, ctx.span_length >= self.verify.tau_span, thresholds={"tau_span": self.verify.tau_span})
+
+
+class ScoreThresholdPolicy(Policy):
+    """Verify iff the score reaches ``τ_score``."""
+
+    name = "score"
+
+    def decide(self, ctx):
+        s = self.score(ctx)
+        return self._record(ctx, s >= self.verify.tau_score, score=s, thresholds={"tau_score": self.verify.tau_score})
+
+
+class HysteresisPolicy(Policy):
+    """An ON/OFF switch with two thresholds, kept across steps and blocks.
+
+    It starts OFF, turns ON when ``s ≥ τ_on`` and OFF again when ``s < τ_off``;
+    ``τ_on > τ_off`` keeps it from flickering on noisy scores.
+    """
+
+    name = "hysteresis"
+
+    def __init__(self, verify):
+        super().__init__(verify)
+        self.on = False
+
+    def decide(self, ctx):
+        s = self.score(ctx)
+        before = self.on
+        self.on = s >= self.verify.tau_off if before else s >= self.verify.tau_on
+        return self._record(
+            ctx,
+            self.on,
+            score=s,
+            thresholds={"tau_on": self.verify.tau_on, "tau_off": self.verify.tau_off},
+            state="on" if self.on else "off",
+            detail={"state_before": "on" if before else "off"},
+        )
+
+
+class UCBPolicy(Policy):
+    """A contextual two-armed UCB bandit: skip (arm 0) or verify (arm 1).
+
+    The context is a bucket of (span length, block progress, mean normalised
+    entropy), each cut into equal bins. The reward of a step is the tokens it
+    committed per forward it spent (a verification spends two), so the bandit
+    learns where verification pays for itself.
+    """
+
+    name = "ucb"
+
+    def __init__(self, verify):
+        super().__init__(verify)
+        span_bins, progress_bins, entropy_bins = verify.ucb_bins
+        buckets = span_bins * progress_bins * entropy_bins
+        self.counts = [[0] * buckets for _ in range(2)]
+        self.rewards = [[0.0] * buckets for _ in range(2)]
+        self.t = 0
+
+    @staticmethod
+    def _bin(value: float, low: float, high: float, bins: int) -> int:
+        ratio = (min(max(value, low), high) - low) / (high - low) if high > low else 0.0
+        return min(int(ratio * bins), bins - 1)
+
+    def bucket(self, ctx: RouteContext) -> int:
+        span_bins, progress_bins, entropy_bins = self.verify.ucb_bins
+        span = self._bin(ctx.span_length, 1, ctx.block_length, span_bins)
+        progress = self._bin(ctx.block_progress, 0.0, 1.0, progress_bins)
+        entropy = self._bin(ctx.mean_entropy, 0.0, 1.0, entropy_bins)
+        return (span * progress_bins + progress) * entropy_bins + entropy
+
+    def upper_bound(self, arm: int, bucket: int) -> float:
+        n = self.counts[arm][bucket]
+        if n == 0:
+            return math.inf
+        bonus = self.verify.ucb_beta * math.sqrt(math.log(self.t) / n) if self.t > 1 else 0.0
+        return self.rewards[arm][bucket] / n + bonus
+
+    def decide(self, ctx):
+        self.t += 1
+        bucket = self.bucket(ctx)
+        skip, verify = self.upper_bound(0, bucket), self.upper_bound(1, bucket)
+        return self._record(
+            ctx,
+            verify >= skip,
+            detail={"bucket": bucket, "ucb_skip": skip, "ucb_verify": verify, "t": self.t},
+        )
+
+    def observe(self, route, committed):
+        arm = int(route.verify)
+        bucket = route.detail["bucket"]
+        self.counts[arm][bucket] += 1
+        self.rewards[arm][bucket] += committed / (2 if route.verify else 1)
+
+
+_POLICY_CLASSES = {cls.name: cls for cls in (AlwaysVerify, MinimumSpanPolicy, ScoreThresholdPolicy, HysteresisPolicy, UCBPolicy)}
+
+
+def make_policy(verify) -> Policy:
+    """A fresh policy (fresh state) for one generation."""
+    try:
+        return _POLICY_CLASSES[verify.policy](verify)
+    except KeyError:
+        raise ValueError(f"unknown policy {verify.policy!r}; choose one of {', '.join(POLICIES)}") from None

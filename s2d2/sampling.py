@@ -1,0 +1,66 @@
+"""Logits to probabilities and token sampling, without host syncs.
+
+Drafter and verifier distributions go through the same :func:`logits_to_probs`
+so that ``p`` and ``q`` are always comparable. At temperature 0 decoding is
+greedy (argmax), but the *probabilities* used for confidences and acceptance
+ratios stay the plain softmax, as in the paper's code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How tokens are drawn from a distribution. ``temperature == 0`` is greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 10.0:
+            raise ValueError(f"temperature must be in [0, 10], got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """Rows of logits ``(n, V)`` to rows of probabilities, float32."""
+    logits = logits.float()
+    if sampling.greedy:
+        return torch.softmax(logits, dim=-1)
+    logits = logits / sampling.temperature
+    if sampling.top_k and sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens strictly more likely already reach top_p.
+        drop_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs >= sampling.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator, greedy: bool) -> torch.Tensor:
+    """One token per row. Sampling uses the exponential-race trick: no host sync."""
+    if greedy:
+        return probs.argmax(dim=-1)
+    race = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / race).argmax(dim=-1)
+
+
+def uniform(n: int, generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
+    """``n`` draws from U[0, 1) on ``device`` from the session's generator."""
+    return torch.rand(n, generator=generator, device=device)

@@ -1,0 +1,219 @@
+"""The trajectory of one decoding run, as plain data with a JSON round-trip.
+
+The same record feeds the dashboard, the benchmark and the tests, and a saved
+trace replays without the model: everything a figure needs (token strings
+included) is in here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+SCHEMA_VERSION = 1
+
+FORWARD_KINDS = ("prefill", "draft", "verify", "commit")
+
+# How a generated token got committed.
+ACCEPTED = "accepted"  # drafted by diffusion, accepted by the AR verifier
+RESAMPLED = "resampled"  # draft rejected by the verifier, replaced from the residual
+THRESHOLD = "threshold"  # committed by the diffusion rule (confidence threshold or static count)
+FALLBACK = "fallback"  # committed by the diffusion rule after a verification committed too few
+OUTCOMES = (THRESHOLD, ACCEPTED, RESAMPLED, FALLBACK)
+
+
+@dataclass
+class ForwardRecord:
+    """One model call: what it was for, how many tokens went in, how long it took."""
+
+    index: int
+    kind: str
+    tokens: int
+    seconds: float
+    block: int
+    step: int
+
+
+@dataclass
+class PositionRecord:
+    """One block position in one step: its draft and, if verified, the verifier's view.
+
+    ``position`` counts generated tokens from 0. ``q``, ``ratio``, ``energy`` and
+    ``residual_mass`` are set only where the verifier looked; ``outcome`` only
+    where this step committed the position (``committed`` is then the token
+    that went in, which differs from ``token`` after a rejection).
+    """
+
+    position: int
+    token: int
+    p: float
+    q: float | None = None
+    ratio: float | None = None
+    energy: float | None = None
+    residual_mass: float | None = None
+    outcome: str | None = None
+    committed: int | None = None
+
+
+@dataclass
+class RouteRecord:
+    """A routing decision and every input it was made from."""
+
+    policy: str
+    verify: bool
+    span_start: int
+    span_length: int
+    expected_accepted: float | None = None
+    score: float | None = None
+    n_high: int | None = None
+    thresholds: dict = field(default_factory=dict)
+    state: str | None = None
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepRecord:
+    """One denoising step of one block."""
+
+    block: int
+    step: int
+    block_start: int
+    forwards: list[int]
+    positions: list[PositionRecord]
+    route: RouteRecord | None = None
+    accepted: int | None = None
+
+    @property
+    def committed(self) -> list[PositionRecord]:
+        return [p for p in self.positions if p.outcome is not None]
+
+
+@dataclass
+class Summary:
+    """Cost and acceptance statistics (spec section 6)."""
+
+    generated_tokens: int
+    nfe: int
+    nfe_by_kind: dict
+    tokens_by_kind: dict
+    tpf: float
+    wall_seconds: float
+    forward_seconds: float
+    overhead_share: float
+    committed_by_outcome: dict
+    verifications: int
+    verifications_skipped: int
+    drafts_verified: int
+    drafts_accepted: int
+    rejections: int
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+
+
+@dataclass
+class Trace:
+    """Everything one run did, from prompt ids to summary."""
+
+    method: str
+    config: dict
+    model: str
+    prompt: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_tokens: list[str]
+    text: str
+    stop_reason: str
+    forwards: list[ForwardRecord]
+    steps: list[StepRecord]
+    summary: Summary
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trace":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"trace schema version {version!r} is not supported (this build reads {SCHEMA_VERSION})")
+        missing = [f.name for f in fields(cls) if f.name not in data]
+        if missing:
+            raise ValueError(f"not an S2D2 trace: missing {', '.join(missing)}")
+        steps = [
+            StepRecord(
+                **{
+                    **s,
+                    "positions": [PositionRecord(**p) for p in s["positions"]],
+                    "route": RouteRecord(**s["route"]) if s.get("route") else None,
+                }
+            )
+            for s in data["steps"]
+        ]
+        return cls(
+            **{
+                **data,
+                "forwards": [ForwardRecord(**f) for f in data["forwards"]],
+                "steps": steps,
+                "summary": Summary(**data["summary"]),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Trace":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError("not an S2D2 trace: expected a JSON object")
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str) -> "Trace":
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(f.read())
+
+
+def summarize(forwards: list[ForwardRecord], steps: list[StepRecord], generated: int, wall_seconds: float) -> Summary:
+    """Derive the summary from the records, so it can never disagree with them."""
+    nfe_by_kind = {k: 0 for k in FORWARD_KINDS}
+    tokens_by_kind = {k: 0 for k in FORWARD_KINDS}
+    for f in forwards:
+        nfe_by_kind[f.kind] += 1
+        tokens_by_kind[f.kind] += f.tokens
+    by_outcome = {o: 0 for o in OUTCOMES}
+    for s in steps:
+        for p in s.committed:
+            if p.position < generated:
+                by_outcome[p.outcome] += 1
+    routed = [s.route for s in steps if s.route is not None]
+    verified_steps = [s for s in steps if s.accepted is not None]
+    drafts_verified = sum(sum(p.q is not None for p in s.positions) for s in verified_steps)
+    drafts_accepted = sum(s.accepted for s in verified_steps)
+    forward_seconds = sum(f.seconds for f in forwards)
+    nfe = len(forwards)
+    return Summary(
+        generated_tokens=generated,
+        nfe=nfe,
+        nfe_by_kind=nfe_by_kind,
+        tokens_by_kind=tokens_by_kind,
+        tpf=generated / nfe if nfe else 0.0,
+        wall_seconds=wall_seconds,
+        forward_seconds=forward_seconds,
+        overhead_share=max(0.0, 1.0 - forward_seconds / wall_seconds) if wall_seconds > 0 else 0.0,
+        committed_by_outcome=by_outcome,
+        verifications=len(verified_steps),
+        verifications_skipped=sum(not r.verify for r in routed),
+        drafts_verified=drafts_verified,
+        drafts_accepted=drafts_accepted,
+        rejections=by_outcome[RESAMPLED],
+        acceptance_rate=drafts_accepted / drafts_verified if drafts_verified else None,
+        mean_accepted_length=drafts_accepted / len(verified_steps) if verified_steps else None,
+    )

@@ -1,0 +1,291 @@
+"""Train the bundled block-diffusion LM with SDAR's objective.
+
+Each training sequence goes through the model twice in one forward: a noisy
+copy, where every block has a random fraction of its answer tokens replaced by
+``[MASK]``, and a clean copy. Under :func:`s2d2.masks.training_mask` a noisy
+block sees itself bidirectionally and the clean copy of earlier blocks, so the
+loss on its masked positions is exactly the denoising problem the decoder
+solves. The block size is drawn per batch from the trained sizes; at size 1 the
+objective *is* next-token prediction, which is what lets the same weights draft
+(B ≥ 2) and verify (B = 1).
+
+    python -m s2d2.train --out runs/bundled --steps 6000
+
+Deterministic for a seed on one machine; ``--resume`` continues from the last
+checkpoint in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationConfig, Qwen3ForCausalLM
+
+from . import masks
+from .models.sdar import qwen3_config_from_sdar
+from .tasks import families, split_of
+from .tokenizer import EOS, MASK, chat_text, train_tokenizer
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a training run (saved next to the checkpoint)."""
+
+    out: str = "runs/bundled"
+    steps: int = 6000
+    batch_size: int = 64
+    lr: float = 2e-3
+    min_lr: float = 1e-4
+    warmup: int = 200
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    hidden_size: int = 256
+    layers: int = 6
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate_size: int = 768
+    max_positions: int = 256
+    block_lengths: tuple[int, ...] = (1, 2, 4, 8, 16)
+    block_weights: tuple[float, ...] = (0.3, 0.1, 0.2, 0.15, 0.25)
+    family_weights: dict = field(default_factory=lambda: {"arith": 0.8, "team": 0.2})
+    tokenizer_corpus: int = 20000
+    vocab_size: int = 512
+    seed: int = 0
+    device: str = "auto"
+    threads: int = 0
+    eval_every: int = 500
+    eval_problems: int = 50
+    checkpoint_every: int = 250
+
+
+class ProblemStream:
+    """An endless, seeded stream of training-split problems as chat texts."""
+
+    def __init__(self, weights: dict[str, float], seed: int):
+        self.families = families()
+        self.names = list(weights)
+        self.weights = [weights[n] for n in self.names]
+        self.rng = random.Random(f"train-stream:{seed}")
+
+    def __next__(self) -> tuple[str, str]:
+        family = self.families[self.rng.choices(self.names, self.weights)[0]]
+        while True:
+            problem = family.sample(self.rng)
+            if split_of(problem.key) == "train":
+                return problem.prompt, problem.reference
+
+
+def build_tokenizer(cfg: TrainConfig):
+    stream = ProblemStream(cfg.family_weights, cfg.seed + 1)
+    corpus = [chat_text(*next(stream)) for _ in range(cfg.tokenizer_corpus)]
+    return train_tokenizer(corpus, cfg.vocab_size)
+
+
+def sdar_config(cfg: TrainConfig, tokenizer) -> dict:
+    """The checkpoint's ``config.json``, in SDAR's on-disk layout."""
+    vocab = 64 * math.ceil(len(tokenizer) / 64)
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    return {
+        "architectures": ["SDARForCausalLM"],
+        "model_type": "sdar",
+        "vocab_size": vocab,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.hidden_size // cfg.heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_positions,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "pad_token_id": tokenizer.pad_token_id,
+        "mask_token_id": tokenizer.convert_tokens_to_ids(MASK),
+        "block_lengths": list(cfg.block_lengths),
+        "torch_dtype": "float32",
+    }
+
+
+def make_batch(texts, tokenizer, block_length: int, mask_id: int, eos_id: int, gen: torch.Generator):
+    """Noisy and clean copies of a batch, padded with EOS to whole 16-token blocks.
+
+    Returns ``(ids (N, 2L), targets (N, L), loss mask (N, L))``. Only answer
+    tokens (and the EOS padding after them) are ever masked; the prompt stays
+    clean, as in supervised fine-tuning.
+    """
+    encoded = []
+    for prompt, answer in texts:
+        prompt_ids = tokenizer(chat_text(prompt))["input_ids"]
+        full = tokenizer(chat_text(prompt, answer))["input_ids"]
+        encoded.append((len(prompt_ids), full))
+    length = 16 * math.ceil(max(len(f) for _, f in encoded) / 16)
+    clean = torch.full((len(encoded), length), eos_id, dtype=torch.long)
+    answer = torch.zeros(len(encoded), length, dtype=torch.bool)
+    for row, (prompt_length, full) in enumerate(encoded):
+        clean[row, : len(full)] = torch.tensor(full)
+        answer[row, prompt_length:] = True
+    blocks = length // block_length
+    rate = torch.rand(len(encoded), blocks, generator=gen).repeat_interleave(block_length, dim=1)
+    noise = (torch.rand(len(encoded), length, generator=gen) < rate) & answer
+    noisy = torch.where(noise, torch.full_like(clean, mask_id), clean)
+    return torch.cat([noisy, clean], dim=1), clean, noise
+
+
+def masked_loss(model, ids, targets, loss_mask, block_length: int) -> torch.Tensor:
+    """Cross-entropy on the masked positions of the noisy copy."""
+    length = targets.shape[1]
+    device = ids.device
+    allowed = masks.training_mask(length, block_length, device)
+    attention = masks.additive_mask(allowed, 0, next(model.parameters()).dtype)
+    positions = torch.arange(length, device=device).repeat(2)[None].expand(ids.shape[0], -1)
+    hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=False).last_hidden_state
+    picked = hidden[:, :length][loss_mask]
+    if picked.shape[0] == 0:
+        return hidden.sum() * 0.0
+    logits = model.lm_head(picked)
+    return F.cross_entropy(logits.float(), targets[loss_mask])
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def save_checkpoint(model, tokenizer, config: dict, cfg: TrainConfig, path: Path) -> None:
+    """An HF-format checkpoint in SDAR's layout: config, safetensors, tokenizer."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    eos = config["eos_token_id"]
+    GenerationConfig(eos_token_id=eos, pad_token_id=config["pad_token_id"], do_sample=False).save_pretrained(tmp)
+    (tmp / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
+def evaluate_ar(model_dir: Path, n: int, device: str) -> float:
+    """AR greedy accuracy on ``n`` held-out word problems, through the engine."""
+    from .config import DecodeConfig
+    from .decode import generate
+    from .models import load_model
+    from .tasks import get_family
+
+    adapter = load_model(str(model_dir), device=device)
+    family = get_family("arith")
+    config = DecodeConfig(method="ar", max_new_tokens=64)
+    problems = family.problems("heldout", n, seed=12345)
+    return sum(family.score(p, generate(adapter, p.prompt, config).text) for p in problems) / n
+
+
+def train(cfg: TrainConfig, resume: bool = False) -> Path:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    state_path = out / "state.pt"
+    checkpoint = out / "checkpoint"
+
+    tokenizer = build_tokenizer(cfg)
+    config = sdar_config(cfg, tokenizer)
+    model = Qwen3ForCausalLM(qwen3_config_from_sdar(config)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    stream = ProblemStream(cfg.family_weights, cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    block_rng = random.Random(f"blocks:{cfg.seed}")
+    step = 0
+    log_path = out / "train_log.jsonl"
+    if resume and state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        stream.rng.setstate(state["stream"])
+        gen.set_state(state["gen"])
+        block_rng.setstate(state["blocks"])
+        step = state["step"]
+        print(f"resumed at step {step}")
+    elif log_path.exists():
+        log_path.unlink()
+
+    params = sum(p.numel() for p in model.parameters())
+    print(f"model: {params / 1e6:.2f}M parameters on {device}; vocab {config['vocab_size']}")
+    mask_id, eos_id = config["mask_token_id"], config["eos_token_id"]
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.steps, initial=step, desc="train", dynamic_ncols=True)
+    start = time.time()
+    model.train()
+    while step < cfg.steps:
+        block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
+        texts = [next(stream) for _ in range(cfg.batch_size)]
+        ids, targets, loss_mask = make_batch(texts, tokenizer, block_length, mask_id, eos_id, gen)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(cfg, step)
+        loss = masked_loss(model, ids.to(device), targets.to(device), loss_mask.to(device), block_length)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", B=block_length)
+        entry = {"step": step, "loss": round(loss.item(), 4), "block_length": block_length, "seconds": round(time.time() - start, 1)}
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            model.eval()
+            save_checkpoint(model, tokenizer, config, cfg, checkpoint)
+            torch.save(
+                {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "stream": stream.rng.getstate(),
+                 "gen": gen.get_state(), "blocks": block_rng.getstate(), "step": step},
+                state_path,
+            )  # fmt: skip
+            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+                entry["ar_accuracy"] = evaluate_ar(checkpoint, cfg.eval_problems, device)
+                bar.write(f"step {step}: AR accuracy {entry['ar_accuracy']:.2f} on {cfg.eval_problems} held-out problems")
+            model.train()
+        with log_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+    bar.close()
+    print(f"done: {step} steps in {time.time() - start:.0f}s; checkpoint in {checkpoint}")
+    return checkpoint
+
+
+def parse_args(argv=None) -> tuple[TrainConfig, bool]:
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(prog="python -m s2d2.train", description="Train the bundled block-diffusion LM.")
+    for name, value in asdict(defaults).items():
+        if isinstance(value, (dict, tuple)):
+            continue
+        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    args = vars(parser.parse_args(argv))
+    resume = args.pop("resume")
+    return TrainConfig(**args), resume
+
+
+def main(argv=None) -> None:
+    cfg, resume = parse_args(argv)
+    train(cfg, resume)
+
+
+if __name__ == "__main__":
+    main()
