@@ -8,6 +8,7 @@ combination (block length 0, ``τ_on ≤ τ_off``, ...) fails with a clear
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 from .acceptance import ACCEPTANCE_MODES
@@ -123,7 +124,8 @@ class DecodeConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain JSON data (tuples become lists), as stored in a trace."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, data: dict) -> "DecodeConfig":

@@ -121,6 +121,26 @@ def sdar_config(cfg: TrainConfig, tokenizer) -> dict:
     }
 
 
+def write_random_checkpoint(path: Path, cfg: TrainConfig, seed: int = 0, init_std: float | None = None) -> Path:
+    """An untrained checkpoint of ``cfg``'s shape in SDAR's layout, for tests and benchmarks.
+
+    ``init_std`` redraws every weight matrix from N(0, init_std): larger than
+    the default initialisation, it makes a random model's predictions sharp and
+    context-dependent, so tests comparing decoders are not decided by ties.
+    """
+    tokenizer = build_tokenizer(cfg)
+    config = sdar_config(cfg, tokenizer)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(qwen3_config_from_sdar(config))
+    if init_std is not None:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.normal_(0, init_std)
+    save_checkpoint(model, tokenizer, config, cfg, Path(path))
+    return Path(path)
+
+
 def make_batch(texts, tokenizer, block_length: int, mask_id: int, eos_id: int, gen: torch.Generator):
     """Noisy and clean copies of a batch, padded with EOS to whole 16-token blocks.
 

@@ -4,52 +4,70 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
-from .base import BlockDiffusionModel, KVSession
+from .base import BlockDiffusionModel, KVSession, quiet_transformers
 from .sdar import SDARModel
 
 __all__ = ["BlockDiffusionModel", "KVSession", "ModelLoadError", "load_model", "DEFAULT_MODEL", "ADAPTERS"]
 
 DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
 ADAPTERS = (SDARModel,)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 class ModelLoadError(ValueError):
     """A model could not be loaded; the message says why in one line."""
 
 
-def _hub_error(source: str, err: Exception) -> ModelLoadError:
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub's host answers at all, checked once in a few seconds
+    rather than through the client's minute of retries."""
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _hub_error(source: str, err: Exception, offline: bool = False) -> ModelLoadError:
     name = type(err).__name__
     if "Gated" in name:
         why = "it is gated: accept its licence on huggingface.co and log in with `hf auth login`"
     elif "RepositoryNotFound" in name:
         why = "no such model on the Hugging Face Hub (or it is private)"
-    elif os.environ.get("HF_HUB_OFFLINE") == "1" or "Offline" in name or "LocalEntryNotFound" in name:
+    elif offline or "Offline" in name or "LocalEntryNotFound" in name:
         why = "the Hub cannot be reached (offline) and it is not in the local cache"
     else:
         why = f"the Hub could not be reached ({name})"
     return ModelLoadError(f"cannot load {source!r}: {why}")
 
 
-def read_config(source: str) -> dict:
-    """``config.json`` of a local checkpoint directory or a Hub model id."""
+def read_config(source: str, offline: bool = False) -> dict:
+    """``config.json`` of a local checkpoint directory or a Hub model id.
+
+    ``offline`` reads a Hub model from the local cache only.
+    """
     path = Path(source)
     if path.is_dir():
         config_file = path / "config.json"
         if not config_file.exists():
             raise ModelLoadError(f"cannot load {source!r}: the directory has no config.json")
         return json.loads(config_file.read_text())
-    if path.suffix or source.startswith((".", "/")) or source.count("/") != 1:
-        raise ModelLoadError(f"cannot load {source!r}: not a checkpoint directory nor a Hub id like 'owner/name'")
+    if not HUB_ID.fullmatch(source):
+        raise ModelLoadError(f"cannot load {source!r}: no such checkpoint directory, and not a Hub id like 'owner/name'")
     from huggingface_hub import hf_hub_download
 
     try:
-        return json.loads(Path(hf_hub_download(source, "config.json")).read_text())
+        return json.loads(Path(hf_hub_download(source, "config.json", local_files_only=offline)).read_text())
     except Exception as err:  # every Hub failure becomes one clear line
-        raise _hub_error(source, err) from None
+        raise _hub_error(source, err, offline) from None
 
 
 def adapter_for(config: dict) -> type[BlockDiffusionModel]:
@@ -76,15 +94,19 @@ def load_model(source: str = DEFAULT_MODEL, device: str | None = None, dtype: to
 
     device = device or default_device()
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
-    config = read_config(source)
+    offline = not Path(source).is_dir() and (os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable())
+    config = read_config(source, offline)
     adapter = adapter_for(config)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        return adapter.load(source, config, tokenizer, device, dtype, name=_display_name(source))
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+        return adapter.load(
+            source, config, tokenizer, device, dtype, name=_display_name(source), local_files_only=offline
+        )
     except ModelLoadError:
         raise
     except OSError as err:
-        raise _hub_error(source, err) from None
+        raise _hub_error(source, err, offline) from None
 
 
 def _display_name(source: str) -> str:

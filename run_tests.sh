@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test command: sets up what the tests need on a fresh machine, then runs them.
+#   ./run_tests.sh            (extra arguments go to pytest)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+  echo "$want" > "$stamp"
+fi
+
+# Debian's Chromium for the real-browser test of the dashboard.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then apt=(apt-get); else apt=(sudo apt-get); fi
+  "${apt[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq chromium >/dev/null
+fi
+
+export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False TOKENIZERS_PARALLELISM=false
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,72 @@
+"""How much of decoding is Python, not the model? A benchmark, not a test.
+
+    python -m s2d2.overhead --new-tokens 256 --repeats 3
+
+Builds an untrained model of the bundled model's shape (nothing is
+downloaded), decodes ``--new-tokens`` tokens with each method (stop tokens
+disabled so every run is the same length) and prints, per method, the share of
+decode wall time spent outside model forwards: mask building, sampling,
+routing, acceptance and trace recording. Each run is timed after a warm-up and
+the median of the repeats is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .config import DecodeConfig, VerifyConfig, preset_config
+from .decode import Decoder
+from .models import load_model
+from .train import TrainConfig, write_random_checkpoint
+
+
+def method_configs(new_tokens: int) -> dict[str, DecodeConfig]:
+    return {
+        "ar": DecodeConfig(method="ar", max_new_tokens=new_tokens),
+        "static B=16/16": DecodeConfig(method="static", block_length=16, max_new_tokens=new_tokens),
+        "dynamic B=16 τ=0.9": DecodeConfig(method="dynamic", block_length=16, threshold=0.9, max_new_tokens=new_tokens),
+        "s2d2 sdar-a": preset_config("sdar-a", max_new_tokens=new_tokens),
+        "s2d2 sdar-b": preset_config("sdar-b", max_new_tokens=new_tokens),
+        "s2d2 hysteresis": preset_config("hysteresis", max_new_tokens=new_tokens),
+        "s2d2 ucb B=16": DecodeConfig(method="s2d2", block_length=16, max_new_tokens=new_tokens, verify=VerifyConfig(policy="ucb")),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m s2d2.overhead", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hidden-size", type=int, default=TrainConfig.hidden_size)
+    parser.add_argument("--layers", type=int, default=TrainConfig.layers)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    shape = TrainConfig(hidden_size=args.hidden_size, layers=args.layers, intermediate_size=3 * args.hidden_size, max_positions=1024, tokenizer_corpus=2000)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(str(write_random_checkpoint(Path(tmp) / "random", shape, init_std=0.15)), device=args.device)
+    model.stop_token_ids = []
+    params = sum(p.numel() for p in model.model.parameters())
+    prompt = model.chat_prompt("Ann has 12 pens. She buys 5 more. How many pens does Ann have now?")
+    print(f"# decode overhead: {params / 1e6:.1f}M-parameter random model, {args.new_tokens} new tokens, "
+          f"median of {args.repeats} runs after a warm-up, {args.device}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")  # fmt: skip
+    print("| method | NFE | wall s | forward s | outside forwards |")
+    print("|---|---:|---:|---:|---:|")
+    for name, config in method_configs(args.new_tokens).items():
+        Decoder(model, config).run(prompt)
+        runs = [Decoder(model, config).run(prompt).summary for _ in range(args.repeats)]
+        median = sorted(runs, key=lambda s: s.overhead_share)[len(runs) // 2]
+        print(
+            f"| {name} | {median.nfe} | {statistics.median(s.wall_seconds for s in runs):.3f} | "
+            f"{statistics.median(s.forward_seconds for s in runs):.3f} | {median.overhead_share:.1%} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Shared fixtures: tiny random-weight checkpoints built on the fly, never downloaded."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import pytest
+import torch
+
+from s2d2.models import load_model
+from s2d2.train import TrainConfig, write_random_checkpoint
+
+TINY = TrainConfig(hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, max_positions=512, tokenizer_corpus=500)
+
+
+def write_sdar_checkpoint(path, seed: int = 0) -> str:
+    """A random-weight checkpoint in SDAR's on-disk layout (config, safetensors, tokenizer)."""
+    return str(write_random_checkpoint(path, TINY, seed=seed, init_std=0.15))
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory) -> str:
+    return write_sdar_checkpoint(tmp_path_factory.mktemp("tiny_sdar"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_path):
+    return load_model(tiny_path, device="cpu")
+
+
+@pytest.fixture
+def agreeing_model(tiny_path):
+    """A model whose drafts always agree with its verifier.
+
+    With every attention output projection zeroed, a position's logits depend
+    on its own input token only: every mask token predicts the same token,
+    whatever the context, so drafts and AR predictions coincide.
+    """
+    model = load_model(tiny_path, device="cpu")
+    with torch.no_grad():
+        for layer in model.model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+    return model

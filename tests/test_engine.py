@@ -1,0 +1,225 @@
+"""The engine's correctness properties, with real forwards on tiny random models."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from s2d2 import masks
+from s2d2.config import DecodeConfig, VerifyConfig, preset_config
+from s2d2.sampling import SamplingConfig
+from s2d2.decode import Decoder, first_masked_span, generate, rule_commits
+from s2d2.trace import OUTCOMES, Trace
+
+
+def random_prompts(model, n: int, seed: int) -> list[list[int]]:
+    """Random prompts of ordinary tokens, lengths that are rarely a block multiple."""
+    rng = random.Random(seed)
+    special = set(model.tokenizer.all_special_ids)
+    vocab = [i for i in range(len(model.tokenizer)) if i not in special]
+    return [[rng.choice(vocab) for _ in range(rng.randint(3, 21))] for _ in range(n)]
+
+
+def session_forward_logits(model, ids: list[int], block_length: int, causal: bool):
+    """Logits of one uncached forward over ``ids`` with a block-causal (or causal) mask."""
+    x = torch.tensor(ids)
+    allowed = masks.causal(len(ids)) if causal else masks.block_causal(len(ids), block_length)
+    mask = masks.additive_mask(allowed, 0, torch.float32)
+    with torch.no_grad():
+        return model.model(input_ids=x[None], attention_mask=mask, position_ids=torch.arange(len(ids))[None]).logits[0]
+
+
+def test_verifier_equals_sequential_block_size_one_forwards(tiny_model):
+    model = tiny_model
+    prompt = random_prompts(model, 1, seed=1)[0][:8]
+    B, span_start, span_length = 8, 2, 6
+    block = torch.tensor(random_prompts(model, 1, seed=2)[0][:B] + [0] * B)[:B]
+    session = model.new_session(lambda *a: None)
+    model.prefill(session, torch.tensor(prompt), causal=True, block_length=B)
+    q = torch.softmax(model.verify_span(session, block, span_start, span_length), dim=-1)
+    for k in range(span_length):
+        i = span_start + k
+        # Block size 1: the AR distribution of position i given the prompt and block[:i].
+        ids = prompt + block[:i].tolist() + [model.mask_token_id]
+        expected = torch.softmax(session_forward_logits(model, ids, 1, causal=True)[-1], dim=-1)
+        assert (q[k] - expected).abs().max().item() <= 1e-5
+
+
+def test_cached_draft_equals_recomputation_without_cache(tiny_model):
+    model = tiny_model
+    B = 4
+    prompt = random_prompts(model, 1, seed=3)[0][:8]
+    finished = random_prompts(model, 1, seed=4)[0][:B]
+    current = finished[:1] + [model.mask_token_id] * (B - 1)
+    session = model.new_session(lambda *a: None)
+    model.prefill(session, torch.tensor(prompt), causal=False, block_length=B)
+    fused = model.draft_forward(session, torch.tensor(current), torch.tensor(finished), False, None)
+    assert session.stored == len(prompt) + B
+    reference = session_forward_logits(model, prompt + finished + current, B, causal=False)[-B:]
+    assert (fused - reference).abs().max().item() <= 1e-4
+    # The fused commit stored exactly what a separate commit would have: drafting
+    # again from the cache gives the same logits.
+    again = model.draft_forward(session, torch.tensor(current), None, False, None)
+    assert (again - reference).abs().max().item() <= 1e-4
+    assert session.stored == len(prompt) + B
+
+
+def test_fused_commit_matches_separate_commit_forward(tiny_model):
+    prompt = random_prompts(tiny_model, 1, seed=5)[0]
+    base = DecodeConfig(method="dynamic", block_length=4, threshold=0.5, max_new_tokens=20)
+    fused = generate(tiny_model, prompt, base)
+    separate = generate(tiny_model, prompt, base.replace(fuse_commit=False))
+    assert fused.output_ids == separate.output_ids
+    blocks = -(-len(fused.output_ids) // 4)
+    assert separate.summary.nfe_by_kind["commit"] >= blocks - 1
+    assert separate.summary.nfe == fused.summary.nfe + separate.summary.nfe_by_kind["commit"]
+
+
+def exact_greedy_s2d2(block_length: int) -> DecodeConfig:
+    return DecodeConfig(
+        method="s2d2",
+        block_length=block_length,
+        steps=block_length,
+        cache_ver=True,
+        max_new_tokens=24,
+        verify=VerifyConfig(policy="always", acceptance="greedy"),
+    )
+
+
+@pytest.mark.parametrize("block_length", [4, 8])
+def test_exact_greedy_s2d2_matches_ar_decoding(tiny_model, block_length):
+    ar = DecodeConfig(method="ar", max_new_tokens=24)
+    for prompt in random_prompts(tiny_model, 20, seed=block_length):
+        expected = generate(tiny_model, prompt, ar).output_ids
+        got = generate(tiny_model, prompt, exact_greedy_s2d2(block_length)).output_ids
+        assert got == expected
+
+
+def test_s2d2_takes_fewer_forwards_than_ar_when_drafts_agree(agreeing_model):
+    agreeing_model.stop_token_ids = []
+    prompt = random_prompts(agreeing_model, 1, seed=7)[0]
+    ar = generate(agreeing_model, prompt, DecodeConfig(method="ar", max_new_tokens=24))
+    s2d2 = generate(agreeing_model, prompt, exact_greedy_s2d2(8))
+    assert s2d2.output_ids == ar.output_ids
+    assert ar.summary.nfe == 1 + 24  # prefill + one fused forward per token
+    assert s2d2.summary.nfe < ar.summary.nfe / 2
+    assert s2d2.summary.acceptance_rate == 1.0
+
+
+def test_ar_costs_one_forward_per_token(tiny_model):
+    tiny_model_stops = tiny_model.stop_token_ids
+    tiny_model.stop_token_ids = []
+    try:
+        trace = generate(tiny_model, [5, 6, 7], DecodeConfig(method="ar", max_new_tokens=10))
+    finally:
+        tiny_model.stop_token_ids = tiny_model_stops
+    assert trace.summary.nfe_by_kind == {"prefill": 1, "draft": 10, "verify": 0, "commit": 0}
+
+
+class CountingForward:
+    """Wraps the network's forward to count real model calls."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+        self.inner = model.model.forward
+
+    def __enter__(self):
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self.inner(*args, **kwargs)
+
+        self.model.model.forward = counted
+        return self
+
+    def __exit__(self, *exc):
+        self.model.model.forward = self.inner
+
+
+METHOD_CONFIGS = [
+    DecodeConfig(method="ar", max_new_tokens=30),
+    DecodeConfig(method="static", block_length=8, steps=4, max_new_tokens=30),
+    DecodeConfig(method="dynamic", block_length=8, threshold=0.3, max_new_tokens=30),
+    preset_config("sdar-a", max_new_tokens=30),
+    preset_config("sdar-b", max_new_tokens=30),
+    preset_config("hysteresis", max_new_tokens=30),
+    preset_config("min-span", max_new_tokens=30, verify=dict(tau_span=4)),
+    DecodeConfig(method="s2d2", block_length=8, max_new_tokens=30, verify=VerifyConfig(policy="ucb")),
+    DecodeConfig(method="s2d2", block_length=8, steps=2, max_new_tokens=30, s2d2_rule="static"),
+    DecodeConfig(method="s2d2", block_length=4, max_new_tokens=30, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)),
+]
+
+
+@pytest.mark.parametrize("config", METHOD_CONFIGS, ids=lambda c: f"{c.method}-B{c.block_length}-{c.verify.policy}")
+def test_every_generated_token_is_committed_once_and_nfe_counts_model_calls(tiny_model, config):
+    prompt = random_prompts(tiny_model, 1, seed=11)[0]
+    with CountingForward(tiny_model) as counter:
+        trace = Decoder(tiny_model, config).run(prompt)
+    assert trace.summary.nfe == counter.calls == len(trace.forwards)
+    commits = {}
+    for step in trace.steps:
+        for p in step.committed:
+            assert p.outcome in OUTCOMES
+            assert p.position not in commits, f"position {p.position} committed twice"
+            commits[p.position] = p.committed
+    generated = len(trace.output_ids)
+    assert [commits[i] for i in range(generated)] == trace.output_ids
+    assert trace.summary.generated_tokens == generated
+    assert sum(trace.summary.committed_by_outcome.values()) == generated
+    if config.method != "s2d2":
+        assert trace.summary.nfe_by_kind["verify"] == 0
+
+
+def test_trace_round_trips_through_json(tiny_model):
+    trace = generate(tiny_model, "Ann has 3 pens.", preset_config("sdar-b", max_new_tokens=20))
+    again = Trace.from_json(trace.to_json())
+    assert again == trace
+    assert again.to_json() == trace.to_json()
+    with pytest.raises(ValueError, match="schema version"):
+        Trace.from_dict({**trace.to_dict(), "schema_version": 999})
+    with pytest.raises(ValueError, match="not valid JSON"):
+        Trace.from_json("{nope")
+
+
+def test_stop_token_ends_generation(tiny_model):
+    prompt = random_prompts(tiny_model, 1, seed=13)[0]
+    free = generate(tiny_model, prompt, DecodeConfig(method="ar", max_new_tokens=12))
+    first = free.output_ids[3]
+    saved = tiny_model.stop_token_ids
+    tiny_model.stop_token_ids = [first]
+    try:
+        stopped = generate(tiny_model, prompt, DecodeConfig(method="ar", max_new_tokens=12))
+    finally:
+        tiny_model.stop_token_ids = saved
+    cut = free.output_ids.index(first) + 1
+    assert stopped.output_ids == free.output_ids[:cut]
+    assert stopped.stop_reason == "stop_token"
+
+
+def test_max_new_tokens_not_a_block_multiple(tiny_model):
+    tiny_model_stops = tiny_model.stop_token_ids
+    tiny_model.stop_token_ids = []
+    try:
+        trace = generate(tiny_model, [4, 5, 6, 7, 8], DecodeConfig(method="static", block_length=8, max_new_tokens=13))
+    finally:
+        tiny_model.stop_token_ids = tiny_model_stops
+    assert len(trace.output_ids) == 13
+    assert all(p.position < 13 for s in trace.steps for p in s.positions)
+
+
+def test_first_masked_span_and_rule_commits():
+    assert first_masked_span([False, True, True, False, True]) == (1, 2)
+    assert first_masked_span([False, False]) is None
+    confidence = [0.95, 0.2, 0.9, 0.5]
+    assert rule_commits(confidence, [0, 1, 2, 3], 1, "dynamic", 0.85) == [0, 2]
+    assert rule_commits(confidence, [1, 3], 1, "dynamic", 0.85) == [3]
+    assert rule_commits(confidence, [0, 1, 2, 3], 3, "dynamic", 0.85) == [0, 2, 3]
+    assert rule_commits(confidence, [0, 1, 2, 3], 2, "static", 0.85) == [0, 2]
+
+
+def test_bad_prompts_are_refused(tiny_model):
+    with pytest.raises(ValueError, match="empty"):
+        generate(tiny_model, "   ", DecodeConfig())
+    with pytest.raises(ValueError, match="positions"):
+        generate(tiny_model, [5] * 600, DecodeConfig())
