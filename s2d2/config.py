@@ -72,15 +72,20 @@ class VerifyConfig:
 class DecodeConfig:
     """One decoding method and everything it needs.
 
-    ``steps`` is the number of denoising steps per block; the static schedule
-    commits ``block_length / steps`` tokens per step and is also the per-step
-    minimum of the dynamic rule and of S2D2's fallback. ``s2d2_rule`` is the
+    Blocks of ``block_length`` tokens are the unit of the KV cache; inside a
+    block, sub-blocks of ``sub_block_length`` (default: the whole block, as in
+    SDAR; Fast-dLLM v2 decodes 32-token blocks in sub-blocks of 4 to 32) are
+    decoded left to right, each draft forward still seeing the whole block.
+    ``steps`` is the number of denoising steps per (sub-)block; the static
+    schedule commits ``sub_block_length / steps`` tokens per step and is also
+    the per-step minimum of the dynamic rule and of S2D2's fallback. ``s2d2_rule`` is the
     diffusion rule S2D2 uses when the router skips verification. AR is block
     size 1 with one step, whatever the block settings say.
     """
 
     method: str = "s2d2"
     block_length: int = 4
+    sub_block_length: int | None = None
     steps: int | None = None
     threshold: float = 0.9
     s2d2_rule: str = "dynamic"
@@ -96,14 +101,18 @@ class DecodeConfig:
         _check_choice("method", self.method, METHODS)
         _check_choice("S2D2 diffusion rule", self.s2d2_rule, COMMIT_RULES)
         if self.method == "ar":
-            object.__setattr__(self, "block_length", 1)
-            object.__setattr__(self, "steps", 1)
+            for name in ("block_length", "sub_block_length", "steps"):
+                object.__setattr__(self, name, 1)
         if self.block_length < 1:
             raise ValueError(f"block length must be >= 1, got {self.block_length}")
+        if self.sub_block_length is None:
+            object.__setattr__(self, "sub_block_length", self.block_length)
+        if self.sub_block_length < 1 or self.block_length % self.sub_block_length:
+            raise ValueError(f"sub-block length must divide the block length ({self.block_length}), got {self.sub_block_length}")
         if self.steps is None:
-            object.__setattr__(self, "steps", self.block_length)
-        if not 1 <= self.steps <= self.block_length:
-            raise ValueError(f"steps must be between 1 and the block length ({self.block_length}), got {self.steps}")
+            object.__setattr__(self, "steps", self.sub_block_length)
+        if not 1 <= self.steps <= self.sub_block_length:
+            raise ValueError(f"steps must be between 1 and the (sub-)block length ({self.sub_block_length}), got {self.steps}")
         _check_unit("threshold τ", self.threshold)
         if self.max_new_tokens < 1:
             raise ValueError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
@@ -117,7 +126,7 @@ class DecodeConfig:
 
     def schedule(self) -> list[int]:
         """Tokens per step of the static schedule: ``B // S``, the remainder first."""
-        base, extra = divmod(self.block_length, self.steps)
+        base, extra = divmod(self.sub_block_length, self.steps)
         return [base + (i < extra) for i in range(self.steps)]
 
     def replace(self, **changes) -> "DecodeConfig":

@@ -177,43 +177,50 @@ class Decoder:
         """
         cfg = self.config
         schedule = cfg.schedule()
+        width = cfg.sub_block_length
         block = torch.tensor(block_host, dtype=torch.long, device=self.device)
         step = 0
-        while any(masked):
-            if self.should_stop and self.should_stop():
-                raise DecodeCancelled("decoding was cancelled")
-            self._where = (block_index, step)
-            self._step_forwards = []
-            causal_rows = None
-            if cfg.draft_ver:
-                first = masked.index(True)
-                causal_rows = torch.arange(len(masked), device=self.device) < first
-            logits = self.model.draft_forward(session, block, pending, cfg.cache_ver, causal_rows)
-            pending = None
-            draft = self._draft(logits)
-            k_min = min(schedule[min(step, len(schedule) - 1)], sum(masked))
-            positions = {
-                i: tr.PositionRecord(i + start - prompt_length, draft.tokens_host[i], draft.confidence_host[i])
-                for i, m in enumerate(masked)
-                if m
-            }
-            record = tr.StepRecord(block_index, step, start - prompt_length, self._step_forwards, [])
-            if self.policy is None:
-                committed = self._commit_by_rule(draft, masked, k_min, positions, tr.THRESHOLD)
-            else:
-                committed = self._s2d2_step(session, block, draft, masked, k_min, positions, record)
-            for i, token in committed.items():
-                block_host[i] = token
-                masked[i] = False
-            if committed:
-                index = torch.tensor(list(committed), device=self.device)
-                block[index] = torch.tensor(list(committed.values()), device=self.device)
-            record.positions = list(positions.values())
-            self.steps.append(record)
-            step += 1
-            end = self._stop_end(block_host, masked, start, prompt_length, stops)
-            if end is not None:
-                return None, end
+        for window_start in range(0, len(masked), width):
+            window_end = window_start + width
+            window_step = 0
+            while any(masked[window_start:window_end]):
+                if self.should_stop and self.should_stop():
+                    raise DecodeCancelled("decoding was cancelled")
+                self._where = (block_index, step)
+                self._step_forwards = []
+                causal_rows = None
+                if cfg.draft_ver:
+                    first = masked.index(True)
+                    causal_rows = torch.arange(len(masked), device=self.device) < first
+                logits = self.model.draft_forward(session, block, pending, cfg.cache_ver, causal_rows)
+                pending = None
+                draft = self._draft(logits)
+                # Only the current sub-block is decoded; later ones stay masked context.
+                active = [m and window_start <= i < window_end for i, m in enumerate(masked)]
+                k_min = min(schedule[min(window_step, len(schedule) - 1)], sum(active))
+                positions = {
+                    i: tr.PositionRecord(i + start - prompt_length, draft.tokens_host[i], draft.confidence_host[i])
+                    for i, m in enumerate(active)
+                    if m
+                }
+                record = tr.StepRecord(block_index, step, start - prompt_length, self._step_forwards, [])
+                if self.policy is None:
+                    committed = self._commit_by_rule(draft, active, k_min, positions, tr.THRESHOLD)
+                else:
+                    committed = self._s2d2_step(session, block, draft, active, width, k_min, positions, record)
+                for i, token in committed.items():
+                    block_host[i] = token
+                    masked[i] = False
+                if committed:
+                    index = torch.tensor(list(committed), device=self.device)
+                    block[index] = torch.tensor(list(committed.values()), device=self.device)
+                record.positions = list(positions.values())
+                self.steps.append(record)
+                step += 1
+                window_step += 1
+                end = self._stop_end(block_host, masked, start, prompt_length, stops)
+                if end is not None:
+                    return None, end
         if not cfg.fuse_commit:
             self._where = (block_index, step)
             self._step_forwards = []
@@ -248,7 +255,7 @@ class Decoder:
 
     # -- S2D2 --------------------------------------------------------------
 
-    def _route_context(self, draft: Draft, masked: list[bool], span_start: int, span_length: int) -> RouteContext:
+    def _route_context(self, draft: Draft, masked: list[bool], width: int, span_start: int, span_length: int) -> RouteContext:
         cfg = self.config
         rows = slice(span_start, span_start + span_length)
         alpha = acceptance_estimate(draft.probs[rows], draft.confidence[rows], cfg.verify)
@@ -260,17 +267,21 @@ class Decoder:
         return RouteContext(
             span_start=span_start,
             span_length=span_length,
-            block_length=len(masked),
-            block_progress=1.0 - sum(masked) / len(masked),
+            block_length=width,
+            block_progress=1.0 - sum(masked) / width,
             expected_accepted=values[0],
             n_high=n_high,
             mean_entropy=values[1] if len(values) > 1 else 0.0,
         )
 
-    def _s2d2_step(self, session: KVSession, block, draft: Draft, masked, k_min, positions, record) -> dict[int, int]:
-        """Route, verify the first masked span, accept or resample, then fall back if needed."""
+    def _s2d2_step(self, session: KVSession, block, draft: Draft, masked, width, k_min, positions, record) -> dict[int, int]:
+        """Route, verify the first masked span, accept or resample, then fall back if needed.
+
+        ``masked`` marks the positions this step may commit (the current
+        sub-block's masks); ``width`` is the sub-block length.
+        """
         span_start, span_length = first_masked_span(masked)
-        route = self.policy.decide(self._route_context(draft, masked, span_start, span_length))
+        route = self.policy.decide(self._route_context(draft, masked, width, span_start, span_length))
         record.route = route
         if not route.verify:
             committed = self._commit_by_rule(draft, masked, k_min, positions, tr.THRESHOLD)

@@ -77,23 +77,23 @@ def test_fused_commit_matches_separate_commit_forward(tiny_model):
     assert separate.summary.nfe == fused.summary.nfe + separate.summary.nfe_by_kind["commit"]
 
 
-def exact_greedy_s2d2(block_length: int) -> DecodeConfig:
+def exact_greedy_s2d2(block_length: int, sub_block_length: int | None = None) -> DecodeConfig:
     return DecodeConfig(
         method="s2d2",
         block_length=block_length,
-        steps=block_length,
+        sub_block_length=sub_block_length,
         cache_ver=True,
         max_new_tokens=24,
         verify=VerifyConfig(policy="always", acceptance="greedy"),
     )
 
 
-@pytest.mark.parametrize("block_length", [4, 8])
-def test_exact_greedy_s2d2_matches_ar_decoding(tiny_model, block_length):
+@pytest.mark.parametrize("block_length, sub_block_length", [(4, None), (8, None), (8, 4)])
+def test_exact_greedy_s2d2_matches_ar_decoding(tiny_model, block_length, sub_block_length):
     ar = DecodeConfig(method="ar", max_new_tokens=24)
     for prompt in random_prompts(tiny_model, 20, seed=block_length):
         expected = generate(tiny_model, prompt, ar).output_ids
-        got = generate(tiny_model, prompt, exact_greedy_s2d2(block_length)).output_ids
+        got = generate(tiny_model, prompt, exact_greedy_s2d2(block_length, sub_block_length)).output_ids
         assert got == expected
 
 
@@ -147,6 +147,7 @@ METHOD_CONFIGS = [
     preset_config("min-span", max_new_tokens=30, verify=dict(tau_span=4)),
     DecodeConfig(method="s2d2", block_length=8, max_new_tokens=30, verify=VerifyConfig(policy="ucb")),
     DecodeConfig(method="s2d2", block_length=8, steps=2, max_new_tokens=30, s2d2_rule="static"),
+    DecodeConfig(method="dynamic", block_length=16, sub_block_length=4, threshold=0.5, max_new_tokens=30),
     DecodeConfig(method="s2d2", block_length=4, max_new_tokens=30, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)),
 ]
 
