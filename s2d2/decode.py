@@ -153,6 +153,8 @@ class Decoder:
         generated = generated[: cfg.max_new_tokens]
         summary = tr.summarize(self.forwards, self.steps, len(generated), wall)
         text_ids = [t for t in generated if t not in stops]
+        seen = sorted({p.token for s in self.steps for p in s.positions} | {p.committed for s in self.steps for p in s.committed} | set(generated))
+        token_text = dict(zip(map(str, seen), self.model.token_strings(seen)))
         return tr.Trace(
             method=cfg.method,
             config=cfg.to_dict(),
@@ -166,6 +168,7 @@ class Decoder:
             forwards=self.forwards,
             steps=self.steps,
             summary=summary,
+            token_text=token_text,
         )
 
     def _decode_block(self, session, block_index, start, block_host, masked, pending, prompt_length, stops):

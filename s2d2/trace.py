@@ -126,7 +126,12 @@ class Trace:
     forwards: list[ForwardRecord]
     steps: list[StepRecord]
     summary: Summary
+    token_text: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+
+    def text_of(self, token_id: int) -> str:
+        """The text of any token id the run drafted or committed."""
+        return self.token_text.get(str(token_id), f"<{token_id}>")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -195,8 +200,9 @@ def summarize(forwards: list[ForwardRecord], steps: list[StepRecord], generated:
                 by_outcome[p.outcome] += 1
     routed = [s.route for s in steps if s.route is not None]
     verified_steps = [s for s in steps if s.accepted is not None]
-    drafts_verified = sum(sum(p.q is not None for p in s.positions) for s in verified_steps)
-    drafts_accepted = sum(s.accepted for s in verified_steps)
+    # Drafts past the end of the output (padding after a stop token) do not count.
+    drafts_verified = sum(p.q is not None and p.position < generated for s in verified_steps for p in s.positions)
+    drafts_accepted = sum(p.outcome == ACCEPTED and p.position < generated for s in verified_steps for p in s.positions)
     forward_seconds = sum(f.seconds for f in forwards)
     nfe = len(forwards)
     return Summary(

@@ -1,0 +1,73 @@
+"""S2D2 dashboard: a baseline and S2D2 side by side on your prompt.
+
+    python app.py            # http://127.0.0.1:7860, bundled model, CPU, offline
+
+Thin on purpose: it lays out the blocks from ``components/`` and wires events.
+"""
+
+from __future__ import annotations
+
+try:  # ZeroGPU: `spaces` must be imported before torch; elsewhere the app runs unchanged
+    import spaces
+
+    on_gpu = spaces.GPU(duration=120)
+except ImportError:
+
+    def on_gpu(fn):
+        return fn
+
+
+import os
+
+import gradio as gr
+
+from components import ui
+from components.explainer import how_it_works_html
+
+TITLE = """
+# S2D2 — self-speculative decoding for block-diffusion LMs
+One model, two roles: it **drafts** a block of tokens in parallel (diffusion) and **verifies** the drafts
+left to right at block size 1 (autoregressive), accepting or correcting them. Run a prompt to compare
+AR decoding, a diffusion baseline and S2D2 — what each committed, where the verifier stepped in, and what it cost.
+"""
+
+
+def build_demo() -> gr.Blocks:
+    with gr.Blocks(title="S2D2 dashboard") as demo:
+        gr.Markdown(TITLE, elem_id="title")
+        with gr.Tabs():
+            with gr.Tab("Compare", id="compare"):
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=3):
+                        prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt", placeholder="Ask a word problem, or pick an example below")
+                        gr.Examples(ui.examples(), inputs=[prompt], label="Examples (held-out problems the bundled model never saw)", cache_examples=False)
+                    with gr.Column(scale=1, min_width=260):
+                        model = gr.Dropdown(ui.model_choices(), value=ui.model_choices()[0][1], label="Model", elem_id="model")
+                        run = gr.Button("Run", variant="primary", elem_id="run")
+                        cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
+                        export = gr.DownloadButton("Download traces (JSON)", visible=False, elem_id="export")
+                        upload = gr.UploadButton("Replay saved traces", file_types=[".json"], elem_id="replay")
+                with gr.Accordion("Settings", open=False):
+                    preset, settings = ui.settings_panel()
+                status = gr.HTML(elem_id="status")
+                results = ui.results_area()
+            with gr.Tab("How it works", id="how"):
+                gr.HTML(how_it_works_html())
+
+        preset.change(ui.apply_preset, preset, settings.components())
+        outputs = [status, *results.components(), export]
+        run_event = run.click(on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1)
+        prompt.submit(on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1)
+        cancel.click(ui.cancel_run, None, status, cancels=[run_event], queue=False)
+        upload.upload(ui.replay, upload, [status, *results.components()])
+    return demo
+
+
+demo = build_demo()
+
+if __name__ == "__main__":
+    demo.queue(max_size=32, default_concurrency_limit=1).launch(
+        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        css_paths=[ui.ASSETS / "style.css"],
+        theme=gr.themes.Soft(),
+    )

@@ -1,0 +1,329 @@
+"""Plotly figures built from traces: pure functions, trace in, figure out.
+
+Nothing here runs a model or touches Gradio, so the dashboard, the benchmark
+and the tests all draw the same pictures from the same records.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from s2d2.trace import FORWARD_KINDS, OUTCOMES, Trace
+
+from .palette import DRAFTED, KIND_COLORS, OUTCOME_COLORS, OUTCOME_LABELS, RUN_COLORS, display_outcome, pale
+
+FONT = dict(family="Inter, system-ui, sans-serif", size=12, color="#1e293b")
+MAX_SLIDER_STEPS = 160
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
+        height=height,
+        margin=dict(l=60, r=20, t=60, b=40),
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        font=FONT,
+        hoverlabel=dict(font=dict(family="ui-monospace, monospace", size=12)),
+    )
+    return fig
+
+
+def empty_figure(message: str, height: int = 260) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=14, color="#64748b"), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, "", height)
+
+
+# -- trajectory ------------------------------------------------------------
+
+# Cell categories of the trajectory grid. Committed cells use the outcome's
+# colour in the step that committed them and a pale tint afterwards.
+CATEGORIES = ["drafted"] + list(OUTCOMES) + [f"earlier:{o}" for o in OUTCOMES]
+
+
+def _category_colors(method: str) -> list[str]:
+    colors = [DRAFTED]
+    colors += [OUTCOME_COLORS[display_outcome(method, o)] for o in OUTCOMES]
+    colors += [pale(OUTCOME_COLORS[display_outcome(method, o)]) for o in OUTCOMES]
+    return colors
+
+
+def _discrete_colorscale(colors: list[str]) -> list[list]:
+    """A colorscale mapping the integer ``i`` (with ``zmin=0, zmax=len-1``) to ``colors[i]``."""
+    n = len(colors)
+    scale = []
+    for i, color in enumerate(colors):
+        scale += [[i / n, color], [(i + 1) / n, color]]
+    return scale
+
+
+def trajectory_grid(trace: Trace) -> tuple[list[list[float | None]], list[list[str]], list[str]]:
+    """Step × position grid of categories (``None`` = not in play), hover texts, row labels."""
+    n = len(trace.output_ids)
+    committed: dict[int, str] = {}
+    z, hover, labels = [], [], []
+    for index, step in enumerate(trace.steps):
+        row: list[float | None] = [None] * n
+        text = [""] * n
+        for position, outcome in committed.items():
+            row[position] = CATEGORIES.index(f"earlier:{outcome}")
+            text[position] = f"pos {position}: {trace.output_tokens[position]!r} (committed earlier)"
+        for p in step.positions:
+            if p.position >= n:
+                continue
+            category = p.outcome or "drafted"
+            row[p.position] = CATEGORIES.index(category)
+            verb = OUTCOME_LABELS[display_outcome(trace.method, p.outcome)] if p.outcome else "drafted, still masked"
+            detail = f"p={p.p:.3f}" + ("" if p.q is None else f" q={p.q:.3f} e={p.energy:+.2f}")
+            shown = trace.text_of(p.committed if p.outcome else p.token)
+            text[p.position] = f"pos {p.position}: {shown!r}<br>{verb}<br>{detail}"
+            if p.outcome:
+                committed[p.position] = p.outcome
+        z.append(row)
+        hover.append(text)
+        labels.append(f"b{step.block}·s{step.step}")
+    return z, hover, labels
+
+
+def _sequence_at(trace: Trace, upto: int) -> tuple[list[float | None], list[str]]:
+    """The sequence after step ``upto``: committed tokens by outcome, current drafts in grey."""
+    n = len(trace.output_ids)
+    z: list[float | None] = [None] * n
+    text = [""] * n
+    for index, step in enumerate(trace.steps[: upto + 1]):
+        for p in step.positions:
+            if p.position >= n:
+                continue
+            if p.outcome:
+                z[p.position] = CATEGORIES.index(p.outcome if index == upto else f"earlier:{p.outcome}")
+                text[p.position] = trace.text_of(p.committed)
+            elif index == upto:
+                z[p.position] = 0
+                text[p.position] = trace.text_of(p.token)
+    return z, text
+
+
+def trajectory_figure(trace: Trace, title: str) -> go.Figure:
+    """The decoding replayed: which position was drafted and committed at each step.
+
+    Bottom: one row per step, one column per generated position, blocks marked.
+    Top: the sequence as it stood after the step chosen on the slider, whose
+    steps ``update`` the top strip and slide a curtain over later steps (Gradio
+    drops Plotly ``frames``, so the replay lives in the slider's own args).
+    """
+    n, steps = len(trace.output_ids), len(trace.steps)
+    if n == 0 or steps == 0:
+        return empty_figure("No tokens were generated.")
+    z, hover, labels = trajectory_grid(trace)
+    colors = _category_colors(trace.method)
+    scale = _discrete_colorscale(colors)
+    zmax = len(CATEGORIES) - 1
+    grid_height = min(560, max(160, 14 * steps))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.04, row_heights=[70 / (70 + grid_height), grid_height / (70 + grid_height)])
+    strip_z, strip_text = _sequence_at(trace, steps - 1)
+    common = dict(colorscale=scale, zmin=-0.5, zmax=zmax + 0.5, showscale=False, xgap=1, ygap=1)
+    fig.add_trace(
+        go.Heatmap(z=[strip_z], text=[strip_text], texttemplate="%{text}", textfont=dict(size=10), hovertemplate="%{text}<extra></extra>", name="sequence", **common),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Heatmap(z=z, text=hover, x=list(range(n)), y=list(range(steps)), hovertemplate="%{text}<extra></extra>", name="steps", **common),
+        row=2,
+        col=1,
+    )
+    for category, color in zip(CATEGORIES[: 1 + len(OUTCOMES)], colors):
+        if category != "drafted" and not any(p.outcome == category for s in trace.steps for p in s.positions):
+            continue
+        label = "drafted, not committed" if category == "drafted" else OUTCOME_LABELS[display_outcome(trace.method, category)]
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker=dict(size=11, color=color, symbol="square"), name=label, showlegend=True))
+    boundaries = sorted({s.block_start for s in trace.steps if 0 < s.block_start < n})
+    for b in boundaries:
+        fig.add_vline(x=b - 0.5, line=dict(color="#0f172a", width=1, dash="dot"), row=2, col=1)
+    curtain = dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=n - 0.5, y0=steps - 0.5, y1=steps - 0.5, fillcolor="white", opacity=0.88, line=dict(width=0), layer="above")
+    fig.update_layout(shapes=list(fig.layout.shapes) + [curtain])
+    curtain_index = len(fig.layout.shapes) - 1
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(steps)), ticktext=labels, title_text="step", row=2, col=1, showgrid=False)
+    if steps > 30:
+        stride = math.ceil(steps / 30)
+        fig.update_yaxes(tickvals=list(range(0, steps, stride)), ticktext=labels[::stride], row=2, col=1)
+    fig.update_yaxes(visible=False, row=1, col=1)
+    fig.update_xaxes(title_text="generated position", row=2, col=1, showgrid=False)
+    fig.update_xaxes(showticklabels=False, row=1, col=1)
+    fig.update_layout(sliders=[_replay_slider(trace, curtain_index, n, steps)], legend=dict(orientation="h", y=-0.02, yanchor="top", x=0, font=dict(size=11)))
+    height = 70 + grid_height + 190
+    return _layout(fig, title, height)
+
+
+def _replay_slider(trace: Trace, curtain_index: int, n: int, steps: int) -> dict:
+    """Slider steps that restyle the sequence strip and move the curtain."""
+    shown = range(steps) if steps <= MAX_SLIDER_STEPS else sorted({round(i * (steps - 1) / (MAX_SLIDER_STEPS - 1)) for i in range(MAX_SLIDER_STEPS)})
+    slider_steps = []
+    for k in shown:
+        strip_z, strip_text = _sequence_at(trace, k)
+        step = trace.steps[k]
+        slider_steps.append(
+            dict(
+                method="update",
+                label=str(k),
+                args=[
+                    {"z": [[strip_z]], "text": [[strip_text]]},
+                    {f"shapes[{curtain_index}].y0": k + 0.5},
+                    [0],
+                ],
+                name=f"b{step.block}·s{step.step}",
+            )
+        )
+    return dict(
+        active=len(slider_steps) - 1,
+        steps=slider_steps,
+        currentvalue=dict(prefix="replay up to step ", font=dict(size=12)),
+        pad=dict(t=36, b=4),
+        len=1.0,
+        x=0,
+        y=0,
+        yanchor="top",
+    )
+
+
+# -- residual energy ---------------------------------------------------------
+
+
+def residual_energy_figure(trace: Trace) -> go.Figure:
+    """Residual energy ``e = log p − log q`` of every verified draft, and the residual mass.
+
+    Rows are verifications, columns generated positions. Positive energy: the
+    drafter was more confident than the AR verifier; rejected drafts are crossed.
+    The right panel is the residual mass ``Σ(q − p)+``, the probability that a
+    draft from ``p`` is rejected.
+    """
+    n = len(trace.output_ids)
+    verified = [s for s in trace.steps if any(p.q is not None for p in s.positions)]
+    if not verified or n == 0:
+        return empty_figure("No verification happened in this run (the router skipped every step, or this is not S2D2).")
+    energy = [[None] * n for _ in verified]
+    mass = [[None] * n for _ in verified]
+    hover = [[""] * n for _ in verified]
+    rejected_x, rejected_y = [], []
+    for row, step in enumerate(verified):
+        for p in step.positions:
+            if p.q is None or p.position >= n:
+                continue
+            energy[row][p.position] = p.energy
+            mass[row][p.position] = p.residual_mass
+            status = {"accepted": "accepted", "resampled": "rejected → resampled"}.get(p.outcome or "", "not reached (after a rejection)")
+            hover[row][p.position] = (
+                f"pos {p.position} draft {trace.text_of(p.token)!r}<br>p={p.p:.3f} q={p.q:.3f} ratio={p.ratio:.2f}<br>"
+                f"e={p.energy:+.2f}  mass={p.residual_mass:.2f}<br>{status}"
+            )
+            if p.outcome == "resampled":
+                rejected_x.append(p.position)
+                rejected_y.append(row)
+    bound = max(1.0, max((abs(e) for r in energy for e in r if e is not None), default=1.0))
+    labels = [f"b{s.block}·s{s.step}" for s in verified]
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.09, subplot_titles=("residual energy e = log p − log q", "residual mass Σ(q − p)+"))
+    fig.add_trace(
+        go.Heatmap(z=energy, text=hover, hovertemplate="%{text}<extra></extra>", colorscale="RdBu_r", zmid=0, zmin=-bound, zmax=bound, xgap=1, ygap=1, colorbar=dict(title="e", x=0.56, len=0.9, thickness=12)),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Heatmap(z=mass, text=hover, hovertemplate="%{text}<extra></extra>", colorscale="Oranges", zmin=0, zmax=1, xgap=1, ygap=1, colorbar=dict(title="mass", x=1.0, len=0.9, thickness=12)),
+        row=1,
+        col=2,
+    )
+    for col in (1, 2):
+        fig.add_trace(
+            go.Scatter(x=rejected_x, y=rejected_y, mode="markers", marker=dict(symbol="x-thin", size=12, line=dict(width=2.5, color="#0f172a")), name="rejected draft", showlegend=col == 1, hoverinfo="skip"),
+            row=1,
+            col=col,
+        )
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(len(verified))), ticktext=labels, title_text="verification", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
+    fig.update_xaxes(title_text="generated position", range=[-0.5, n - 0.5])
+    fig.update_layout(legend=dict(orientation="h", y=-0.18, x=0))
+    return _layout(fig, "Where the verifier disagreed with the drafter", min(620, 170 + 22 * len(verified)))
+
+
+# -- router ------------------------------------------------------------------
+
+
+def router_figure(trace: Trace) -> go.Figure:
+    """Per step: expected accepted tokens, the score and its thresholds, verify or skip."""
+    routed = [(i, s) for i, s in enumerate(trace.steps) if s.route is not None]
+    if not routed:
+        return empty_figure("This run has no router (only S2D2 routes).")
+    x = [i for i, _ in routed]
+    labels = [f"b{s.block}·s{s.step}" for _, s in routed]
+    routes = [s.route for _, s in routed]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.07)
+    fig.add_trace(go.Scatter(x=x, y=[r.expected_accepted for r in routes], mode="lines+markers", name="E[K] expected accepted", line=dict(color="#0ea5e9"), customdata=labels, hovertemplate="%{customdata}: E[K]=%{y:.2f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=x, y=[r.span_length for r in routes], name="span length", marker_color="#cbd5e1", opacity=0.6, customdata=labels, hovertemplate="%{customdata}: span %{y}<extra></extra>"), row=1, col=1)
+    if any(r.score is not None for r in routes):
+        fig.add_trace(go.Scatter(x=x, y=[r.score for r in routes], mode="lines+markers", name="score s", line=dict(color="#f59e0b"), customdata=labels, hovertemplate="%{customdata}: s=%{y:.2f}<extra></extra>"), row=1, col=1)
+    for name, value in routes[0].thresholds.items():
+        label = f"{name.replace('tau_', 'τ_')} = {value:g}"
+        fig.add_hline(y=value, line=dict(dash="dash", color="#475569", width=1), annotation_text=label, annotation_position="top left", row=1, col=1)
+    n = len(trace.output_ids)
+    committed = [sum(p.position < n for p in s.committed) for _, s in routed]
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=committed,
+            marker_color=["#16a34a" if r.verify else "#94a3b8" for r in routes],
+            name="tokens committed (green: verified, grey: skipped)",
+            customdata=[[lbl, "verify" if r.verify else "skip", r.state or "—", r.n_high] for lbl, r in zip(labels, routes)],
+            hovertemplate="%{customdata[0]}: %{customdata[1]}, %{y} committed<br>hysteresis state %{customdata[2]}<br>n_high %{customdata[3]}<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
+    if any(r.state for r in routes):
+        for xi, r in zip(x, routes):
+            if r.state == "on":
+                fig.add_vrect(x0=xi - 0.5, x1=xi + 0.5, fillcolor="#bbf7d0", opacity=0.35, line_width=0, row=1, col=1)
+    fig.update_yaxes(title_text="tokens / score", row=1, col=1)
+    fig.update_yaxes(title_text="committed", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text="step (S2D2 run)", row=2, col=1)
+    fig.update_layout(legend=dict(orientation="h", y=-0.2, x=0), barmode="overlay")
+    return _layout(fig, f"Router: {routes[0].policy} policy", 460)
+
+
+# -- cost --------------------------------------------------------------------
+
+
+def cost_figure(runs: dict[str, Trace]) -> go.Figure:
+    """Forwards by kind and decode wall time, one bar per run."""
+    names = list(runs)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("forwards by kind (NFE)", "decode wall time (s)"), horizontal_spacing=0.12)
+    for kind in FORWARD_KINDS:
+        counts = [runs[n].summary.nfe_by_kind[kind] for n in names]
+        if any(counts):
+            fig.add_trace(go.Bar(x=names, y=counts, name=kind, marker_color=KIND_COLORS[kind], hovertemplate=f"{kind}: %{{y}}<extra></extra>"), row=1, col=1)
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[runs[n].summary.wall_seconds for n in names],
+            marker_color=[RUN_COLORS.get(n, "#64748b") for n in names],
+            text=[f"{runs[n].summary.wall_seconds:.2f}s" for n in names],
+            textposition="outside",
+            showlegend=False,
+            hovertemplate="%{x}: %{y:.3f}s<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
+    totals = [runs[n].summary.nfe for n in names]
+    fig.add_trace(go.Scatter(x=names, y=totals, mode="text", text=[str(t) for t in totals], textposition="top center", showlegend=False, hoverinfo="skip"), row=1, col=1)
+    fig.update_layout(barmode="stack", legend=dict(orientation="h", y=-0.15, x=0))
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(range=[0, max(totals) * 1.18 + 1], row=1, col=1)
+    fig.update_yaxes(range=[0, max(runs[n].summary.wall_seconds for n in names) * 1.25 + 1e-3], row=1, col=2)
+    return _layout(fig, "What each run cost", 380)

@@ -1,0 +1,37 @@
+"""One colour and one label per way a token can be committed, shared by every view."""
+
+from __future__ import annotations
+
+from s2d2.trace import ACCEPTED, FALLBACK, RESAMPLED, THRESHOLD
+
+AR = "ar"  # tokens of the autoregressive reference run
+
+OUTCOME_COLORS = {
+    THRESHOLD: "#3b82f6",
+    ACCEPTED: "#16a34a",
+    RESAMPLED: "#dc2626",
+    FALLBACK: "#a855f7",
+    AR: "#64748b",
+}
+OUTCOME_LABELS = {
+    THRESHOLD: "diffusion (confidence rule)",
+    ACCEPTED: "drafted, accepted by the AR verifier",
+    RESAMPLED: "rejected by the verifier, resampled",
+    FALLBACK: "fallback commit after verification",
+    AR: "autoregressive step",
+}
+DRAFTED = "#e2e8f0"  # drafted this step but not committed
+RUN_COLORS = {"AR": "#64748b", "Baseline": "#3b82f6", "S2D2": "#16a34a"}
+KIND_COLORS = {"prefill": "#94a3b8", "draft": "#3b82f6", "verify": "#16a34a", "commit": "#f59e0b"}
+
+
+def pale(hex_color: str, amount: float = 0.65) -> str:
+    """``hex_color`` mixed with white: the same outcome, committed in an earlier step."""
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
+    return "#" + "".join(f"{c:02x}" for c in mix)
+
+
+def display_outcome(method: str, outcome: str) -> str:
+    """AR commits every token by its one-token rule; show that as AR, not diffusion."""
+    return AR if method == "ar" else outcome

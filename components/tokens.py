@@ -1,0 +1,68 @@
+"""A run's text with every token coloured by how it was committed, details on hover."""
+
+from __future__ import annotations
+
+import html
+
+from s2d2.trace import PositionRecord, Trace
+
+from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome
+
+
+def commit_records(trace: Trace) -> dict[int, tuple[int, int, PositionRecord]]:
+    """For each generated position: ``(global step, block, record)`` of its commit."""
+    found = {}
+    for index, step in enumerate(trace.steps):
+        for p in step.committed:
+            if p.position < len(trace.output_ids):
+                found[p.position] = (index, step.block, p)
+    return found
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def token_tooltip(trace: Trace, step_index: int, block: int, p: PositionRecord) -> str:
+    lines = [
+        f"position {p.position} · block {block} · step {step_index}",
+        OUTCOME_LABELS[display_outcome(trace.method, p.outcome)],
+        f"drafted {trace.text_of(p.token)!r}" + ("" if p.committed == p.token else f" → committed {trace.text_of(p.committed)!r}"),
+        f"p (drafter) {_fmt(p.p)}",
+    ]
+    if p.q is not None:
+        lines += [f"q (verifier) {_fmt(p.q)}", f"ratio q/p {_fmt(p.ratio)}", f"residual energy e {_fmt(p.energy, '+.3f')}"]
+    return "\n".join(lines)
+
+
+def _show(token: str) -> str:
+    """Visible text for a token: special tokens and whitespace stay readable."""
+    if token.strip() == "":
+        return token.replace("\n", "⏎\n") or "∅"
+    return token
+
+
+def tokens_html(trace: Trace) -> str:
+    """The generated text as coloured ``<span>`` tokens with native hover tooltips."""
+    commits = commit_records(trace)
+    spans = []
+    for position, token in enumerate(trace.output_tokens):
+        if position not in commits:
+            continue
+        step_index, block, record = commits[position]
+        outcome = display_outcome(trace.method, record.outcome)
+        title = html.escape(token_tooltip(trace, step_index, block, record), quote=True)
+        spans.append(
+            f'<span class="tok tok-{outcome}" style="--tok:{OUTCOME_COLORS[outcome]}" '
+            f'title="{title}">{html.escape(_show(token))}</span>'
+        )
+    stop = "" if trace.stop_reason == "stop_token" else ' <span class="tok-cut">… (max new tokens)</span>'
+    return f'<div class="tokens">{"".join(spans)}{stop}</div>'
+
+
+def legend_html(outcomes=tuple(OUTCOME_LABELS)) -> str:
+    items = "".join(
+        f'<span class="legend-item"><span class="swatch" style="background:{OUTCOME_COLORS[o]}"></span>{html.escape(OUTCOME_LABELS[o])}</span>'
+        for o in outcomes
+    )
+    return f'<div class="legend">{items}</div>'
