@@ -205,15 +205,12 @@ def save_checkpoint(model, tokenizer, config: dict, cfg: TrainConfig, path: Path
 def evaluate_ar(model_dir: Path, n: int, device: str) -> float:
     """AR greedy accuracy on ``n`` held-out word problems, through the engine."""
     from .config import DecodeConfig
-    from .decode import generate
+    from .evaluate import evaluate, heldout_problems, summarize_method
     from .models import load_model
-    from .tasks import get_family
 
     adapter = load_model(str(model_dir), device=device)
-    family = get_family("arith")
-    config = DecodeConfig(method="ar", max_new_tokens=64)
-    problems = family.problems("heldout", n, seed=12345)
-    return sum(family.score(p, generate(adapter, p.prompt, config).text) for p in problems) / n
+    results = evaluate(adapter, {"AR": DecodeConfig(method="ar", max_new_tokens=64)}, heldout_problems(n, ["arith"]))
+    return summarize_method("AR", results["AR"]).accuracy
 
 
 def train(cfg: TrainConfig, resume: bool = False) -> Path:

@@ -1,0 +1,221 @@
+"""The paper's accuracy–speed study: methods × settings × task sets.
+
+    python -m s2d2.bench --problems 500 --out results/bundled
+    accelerate launch --multi_gpu --num_processes 2 -m s2d2.bench --problems 500 --out results/bundled
+
+Every method decodes the same held-out problems (seed = problem index). Per
+method it reports accuracy (exact match), forwards per problem, tokens per
+forward, wall seconds (after a warm-up, ``--repeats`` for the median), the
+speedup against AR and against the best dynamic-threshold baseline at matched
+accuracy, acceptance statistics and router decisions. Outputs in ``--out``:
+
+- ``runs.csv``: one row per (method, problem);
+- ``summary.json``: one entry per method, plus the run's metadata;
+- ``table.md``: a table shaped like the paper's Table 1;
+- ``frontier_nfe.html|png`` and ``frontier_wall.html|png``: accuracy against
+  forwards and against wall time (drawn by ``components.benchmarks``).
+
+Under ``accelerate launch`` each process takes every n-th problem (one GPU each,
+or an equal share of the CPU cores: ``--multi_gpu`` also launches several CPU
+processes on a machine without GPUs); the main process merges the shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .config import DecodeConfig, preset_config
+from .evaluate import ProblemResult, heldout_problems, run_problem, summarize_method, warm_up
+from .models import DEFAULT_MODEL, load_model
+from .tasks import families
+
+GRIDS = ("paper", "tiny")
+
+
+def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """AR; static B ∈ {4, 8, 16} with steps B and B/2; a dynamic τ sweep; S2D2 routers at B ∈ {4, 16}."""
+    common = dict(max_new_tokens=max_new_tokens)
+    grid = {"AR": DecodeConfig(method="ar", **common)}
+    for B in (4, 8, 16):
+        for steps in (B, B // 2):
+            grid[f"static B={B} steps={steps}"] = DecodeConfig(method="static", block_length=B, steps=steps, **common)
+    for B, taus in ((4, (0.5, 0.7, 0.9)), (16, (0.3, 0.5, 0.7, 0.9))):
+        for tau in taus:
+            grid[f"dynamic B={B} τ={tau}"] = DecodeConfig(method="dynamic", block_length=B, threshold=tau, **common)
+    for B in (4, 16):
+        layout = dict(block_length=B, steps=B, **common)
+        grid[f"S2D2 B={B} score c=1"] = preset_config("sdar-a", **layout)
+        grid[f"S2D2 B={B} always (c=0)"] = preset_config("sdar-b", **layout)
+        grid[f"S2D2 B={B} hysteresis"] = preset_config("hysteresis", **layout)
+        grid[f"S2D2 B={B} min span {B // 2}"] = preset_config("min-span", **layout, verify=dict(tau_span=B // 2))
+    return grid
+
+
+def tiny_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """Two methods, for the test suite."""
+    return {
+        "AR": DecodeConfig(method="ar", max_new_tokens=max_new_tokens),
+        "S2D2 B=4 always (c=0)": preset_config("sdar-b", block_length=4, steps=4, max_new_tokens=max_new_tokens),
+    }
+
+
+def parallel_state():
+    """``(rank, world size, barrier)`` from accelerate when launched by it, else a single process."""
+    try:
+        from accelerate import PartialState
+    except ImportError:
+        return 0, 1, lambda: None
+    state = PartialState(cpu=not torch.cuda.is_available())
+    return state.process_index, state.num_processes, state.wait_for_everyone
+
+
+def run_shard(model, grid: dict[str, DecodeConfig], problems, rank: int, world: int, repeats: int, progress) -> list[ProblemResult]:
+    """This process's share: every ``world``-th problem, all methods."""
+    mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
+    results = []
+    for name, config in grid.items():
+        warm_up(model, config, problems[0])
+        for index, problem in mine:
+            results.append(run_problem(model, name, config, problem, index, repeats))
+            progress()
+    return results
+
+
+def best_dynamic(summaries: dict, accuracy: float):
+    """The dynamic-threshold setting with the fewest forwards among those at least as accurate."""
+    dynamic = [s for name, s in summaries.items() if name.startswith("dynamic")]
+    matched = [s for s in dynamic if s.accuracy >= accuracy]
+    return min(matched, key=lambda s: s.nfe_per_problem) if matched else None
+
+
+def summarize(grid: dict[str, DecodeConfig], results: list[ProblemResult]) -> list[dict]:
+    by_method: dict[str, list[ProblemResult]] = {name: [] for name in grid}
+    for r in results:
+        by_method[r.method].append(r)
+    summaries = {name: summarize_method(name, sorted(rs, key=lambda r: (r.family, r.index))) for name, rs in by_method.items()}
+    ar = summaries.get("AR")
+    rows = []
+    for name, s in summaries.items():
+        row = s.to_dict()
+        row["config"] = grid[name].to_dict()
+        if ar:
+            row["speedup_nfe_vs_ar"] = ar.nfe_per_problem / s.nfe_per_problem
+            row["speedup_wall_vs_ar"] = ar.wall_per_problem / s.wall_per_problem
+        reference = best_dynamic(summaries, s.accuracy)
+        row["best_dynamic_at_matched_accuracy"] = reference.method if reference else None
+        row["speedup_nfe_vs_best_dynamic"] = reference.nfe_per_problem / s.nfe_per_problem if reference else None
+        rows.append(row)
+    return rows
+
+
+def table_markdown(rows: list[dict], family_names: list[str]) -> str:
+    """Paper Table 1 shape: accuracy per task and on average, forwards, tokens per forward, speedups."""
+
+    def pct(x):
+        return f"{100 * x:.1f}"
+
+    def times(x):
+        return "—" if x is None else f"{x:.2f}×"
+
+    head = (
+        "| method | " + " | ".join(family_names) + " | avg | NFE / problem | tokens / fwd | wall s / problem "
+        "| speedup vs AR (NFE) | speedup vs AR (wall) | vs best dynamic at ≥ acc. (NFE) | acceptance | verify rate |"
+    )
+    lines = [head, "|---|" + "---:|" * (len(family_names) + 9)]
+    for r in rows:
+        acc = " | ".join(pct(r["accuracy_by_family"].get(f, 0.0)) for f in family_names)
+        accept = "—" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}%"
+        verify = "—" if r["verify_rate"] is None else f"{100 * r['verify_rate']:.0f}%"
+        lines.append(
+            f"| {r['method']} | {acc} | {pct(r['accuracy'])} | {r['nfe_per_problem']:.1f} | {r['tokens_per_forward']:.2f} | "
+            f"{r['wall_per_problem']:.3f} | {times(r.get('speedup_nfe_vs_ar'))} | {times(r.get('speedup_wall_vs_ar'))} | "
+            f"{times(r['speedup_nfe_vs_best_dynamic'])} | {accept} | {verify} |"
+        )
+    return "\n".join(lines)
+
+
+def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, family_names: list[str]) -> list[dict]:
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "runs.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(results[0])))
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in sorted(results, key=lambda r: (list(grid).index(r.method), r.family, r.index)))
+    rows = summarize(grid, results)
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2) + "\n")
+    (out / "table.md").write_text(table_markdown(rows, family_names) + "\n")
+    # Figures are drawn by the dashboard's components; the engine itself never loads plotly.
+    from components.benchmarks import write_frontiers
+
+    write_frontiers(rows, out, meta)
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m s2d2.bench", description="Accuracy–speed study of block-diffusion decoding methods.")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint directory or Hub id")
+    parser.add_argument("--problems", type=int, default=500, help="held-out problems per family")
+    parser.add_argument("--families", default=",".join(families()))
+    parser.add_argument("--grid", choices=GRIDS, default="paper")
+    parser.add_argument("--methods", default="", help="keep only methods whose name contains one of these comma-separated strings")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=1, help="timed decodes per problem (median wall time)")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--out", default="results/bench")
+    args = parser.parse_args(argv)
+
+    rank, world, barrier = parallel_state()
+    device = args.device or (f"cuda:{rank}" if torch.cuda.is_available() else "cpu")
+    if device == "cpu" and world > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    family_names = args.families.split(",")
+    grid = (paper_grid if args.grid == "paper" else tiny_grid)(args.max_new_tokens)
+    if args.methods:
+        keys = args.methods.split(",")
+        grid = {k: v for k, v in grid.items() if any(key in k for key in keys)}
+    problems = heldout_problems(args.problems, family_names)
+    model = load_model(args.model, device=device)
+    out = Path(args.out)
+    shards = out / "shards"
+    shards.mkdir(parents=True, exist_ok=True)
+
+    from tqdm import tqdm
+
+    total = len(grid) * len(range(rank, len(problems), world))
+    bar = tqdm(total=total, desc=f"bench[{rank}/{world}]", dynamic_ncols=True, position=rank)
+    start = time.time()
+    results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1))
+    bar.close()
+    (shards / f"rank{rank}.json").write_text(json.dumps([asdict(r) for r in results]))
+    barrier()
+    if rank != 0:
+        return
+    merged = [ProblemResult(**r) for i in range(world) for r in json.loads((shards / f"rank{i}.json").read_text())]
+    meta = {
+        "model": args.model,
+        "problems_per_family": args.problems,
+        "families": family_names,
+        "processes": world,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()} {platform.processor()}".strip(),
+        "torch": torch.__version__,
+        "repeats": args.repeats,
+        "seconds": round(time.time() - start, 1),
+        "command": "python -m s2d2.bench " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+    }
+    rows = write_outputs(out, grid, merged, meta, family_names)
+    print(table_markdown(rows, family_names))
+    print(f"\nwrote {out}/runs.csv, summary.json, table.md and the frontier figures")
+
+
+if __name__ == "__main__":
+    main()

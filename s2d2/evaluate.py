@@ -1,0 +1,188 @@
+"""Accuracy and cost of decoding methods on held-out task problems.
+
+    python -m s2d2.evaluate --problems 500
+
+Runs each method over the same held-out problems of every task family and
+prints a table of accuracy, forwards (NFE) per problem, tokens per forward and
+wall seconds. This is the bundled model's model-card table; ``s2d2.bench``
+runs the bigger grid on top of the same functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import asdict, dataclass
+
+from .config import DecodeConfig, VerifyConfig, preset_config
+from .decode import generate
+from .models import DEFAULT_MODEL, BlockDiffusionModel, load_model
+from .tasks import Problem, families
+
+
+@dataclass
+class ProblemResult:
+    """One method on one problem."""
+
+    method: str
+    family: str
+    index: int
+    correct: bool
+    tokens: int
+    nfe: int
+    wall_seconds: float
+    verifications: int
+    verifications_skipped: int
+    drafts_verified: int
+    drafts_accepted: int
+    rejections: int
+    output: str
+
+
+def run_problem(model: BlockDiffusionModel, name: str, config: DecodeConfig, problem: Problem, index: int, repeats: int = 1) -> ProblemResult:
+    """Decode one problem (seed = its index, so runs are reproducible) and score it.
+
+    With ``repeats > 1`` the decode is repeated and the median wall time kept;
+    the output of a fixed seed does not change between repeats.
+    """
+    family = families()[problem.family]
+    traces = [generate(model, problem.prompt, config.replace(seed=index)) for _ in range(repeats)]
+    trace = traces[0]
+    s = trace.summary
+    return ProblemResult(
+        method=name,
+        family=problem.family,
+        index=index,
+        correct=family.score(problem, trace.text),
+        tokens=s.generated_tokens,
+        nfe=s.nfe,
+        wall_seconds=statistics.median(t.summary.wall_seconds for t in traces),
+        verifications=s.verifications,
+        verifications_skipped=s.verifications_skipped,
+        drafts_verified=s.drafts_verified,
+        drafts_accepted=s.drafts_accepted,
+        rejections=s.rejections,
+        output=trace.text,
+    )
+
+
+@dataclass
+class MethodSummary:
+    """Aggregates of one method over all problems."""
+
+    method: str
+    problems: int
+    accuracy: float
+    accuracy_by_family: dict
+    nfe_per_problem: float
+    tokens_per_forward: float
+    wall_per_problem: float
+    tokens_per_second: float
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    verify_rate: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize_method(name: str, results: list[ProblemResult]) -> MethodSummary:
+    n = len(results)
+    by_family: dict[str, list[bool]] = {}
+    for r in results:
+        by_family.setdefault(r.family, []).append(r.correct)
+    tokens, nfe, wall = (sum(getattr(r, k) for r in results) for k in ("tokens", "nfe", "wall_seconds"))
+    verified = sum(r.drafts_verified for r in results)
+    accepted = sum(r.drafts_accepted for r in results)
+    verifications = sum(r.verifications for r in results)
+    routed = verifications + sum(r.verifications_skipped for r in results)
+    return MethodSummary(
+        method=name,
+        problems=n,
+        accuracy=sum(r.correct for r in results) / n,
+        accuracy_by_family={f: sum(v) / len(v) for f, v in sorted(by_family.items())},
+        nfe_per_problem=nfe / n,
+        tokens_per_forward=tokens / nfe if nfe else 0.0,
+        wall_per_problem=wall / n,
+        tokens_per_second=tokens / wall if wall else 0.0,
+        acceptance_rate=accepted / verified if verified else None,
+        mean_accepted_length=accepted / verifications if verifications else None,
+        verify_rate=verifications / routed if routed else None,
+    )
+
+
+def model_card_methods(max_new_tokens: int = 64) -> dict[str, DecodeConfig]:
+    """The model card's methods: AR, two static, a dynamic τ sweep and the S2D2 presets."""
+    common = dict(max_new_tokens=max_new_tokens)
+    methods = {
+        "AR": DecodeConfig(method="ar", **common),
+        "static B=4 (4 steps)": DecodeConfig(method="static", block_length=4, steps=4, **common),
+        "static B=16 (16 steps)": DecodeConfig(method="static", block_length=16, steps=16, **common),
+    }
+    for tau in (0.5, 0.7, 0.9):
+        methods[f"dynamic B=16 τ={tau}"] = DecodeConfig(method="dynamic", block_length=16, threshold=tau, **common)
+    for name in ("sdar-a", "sdar-b", "hysteresis", "min-span"):
+        methods[f"S2D2 {name}"] = preset_config(name, **common)
+    methods["S2D2 ucb B=16"] = DecodeConfig(method="s2d2", block_length=16, threshold=0.9, verify=VerifyConfig(policy="ucb"), **common)
+    return methods
+
+
+def heldout_problems(n: int, family_names: list[str] | None = None, seed: int = 2026) -> list[Problem]:
+    """``n`` held-out problems per family, fixed for a seed."""
+    table = families()
+    names = family_names or list(table)
+    return [p for name in names for p in table[name].problems("heldout", n, seed)]
+
+
+def warm_up(model: BlockDiffusionModel, config: DecodeConfig, problem: Problem) -> None:
+    """One untimed decode so lazy initialisation never lands in a measurement."""
+    generate(model, problem.prompt, config)
+
+
+def evaluate(model: BlockDiffusionModel, methods: dict[str, DecodeConfig], problems: list[Problem], progress=None) -> dict[str, list[ProblemResult]]:
+    results = {}
+    for name, config in methods.items():
+        warm_up(model, config, problems[0])
+        results[name] = []
+        for index, problem in enumerate(problems):
+            results[name].append(run_problem(model, name, config, problem, index))
+            if progress:
+                progress(name, index + 1, len(problems))
+    return results
+
+
+def markdown_table(summaries: list[MethodSummary], families_shown: list[str]) -> str:
+    head = "| method | " + " | ".join(f"{f} acc." for f in families_shown) + " | NFE / problem | tokens / forward | wall s / problem | acceptance |"
+    rule = "|---|" + "---:|" * (len(families_shown) + 4)
+    rows = [head, rule]
+    for s in summaries:
+        acc = " | ".join(f"{100 * s.accuracy_by_family.get(f, 0):.1f}%" for f in families_shown)
+        rate = "—" if s.acceptance_rate is None else f"{100 * s.acceptance_rate:.0f}%"
+        rows.append(f"| {s.method} | {acc} | {s.nfe_per_problem:.1f} | {s.tokens_per_forward:.2f} | {s.wall_per_problem:.3f} | {rate} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m s2d2.evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--problems", type=int, default=500, help="held-out problems per family")
+    parser.add_argument("--families", default=",".join(families()))
+    parser.add_argument("--methods", default="", help="comma-separated subset of the method names (default: all)")
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args(argv)
+    from tqdm import tqdm
+
+    model = load_model(args.model, device=args.device)
+    names = args.families.split(",")
+    problems = heldout_problems(args.problems, names)
+    methods = model_card_methods()
+    if args.methods:
+        methods = {k: v for k, v in methods.items() if k in args.methods.split(",")}
+    bar = tqdm(total=len(methods) * len(problems), desc="evaluate", dynamic_ncols=True)
+    results = evaluate(model, methods, problems, progress=lambda *a: bar.update(1))
+    bar.close()
+    print(markdown_table([summarize_method(name, r) for name, r in results.items()], names))
+
+
+if __name__ == "__main__":
+    main()

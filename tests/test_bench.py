@@ -1,0 +1,68 @@
+"""The benchmark runner end to end on a tiny grid, single process and sharded."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.benchmarks import frontier_figure, load_summary, summary_frame
+from s2d2 import bench
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = ["--grid", "tiny", "--problems", "5", "--max-new-tokens", "12"]
+
+
+@pytest.fixture(scope="module")
+def single(tiny_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench1")
+    bench.main(["--model", tiny_path, *ARGS, "--out", str(out)])
+    return out
+
+
+def test_tiny_grid_writes_table_csv_and_figures(single):
+    rows = list(csv.DictReader((single / "runs.csv").open()))
+    assert len(rows) == 2 * 5 * 2  # 2 methods × 5 problems × 2 families
+    assert {r["method"] for r in rows} == {"AR", "S2D2 B=4 always (c=0)"}
+    table = (single / "table.md").read_text()
+    assert table.count("\n") == 4 and "| AR |" in table and "speedup vs AR" in table
+    summary = load_summary(single / "summary.json")
+    ar, s2d2 = summary["methods"]
+    assert ar["speedup_nfe_vs_ar"] == 1.0
+    assert s2d2["speedup_nfe_vs_ar"] == pytest.approx(ar["nfe_per_problem"] / s2d2["nfe_per_problem"])
+    assert summary["meta"]["problems_per_family"] == 5
+    for axis in ("nfe", "wall"):
+        assert (single / f"frontier_{axis}.html").stat().st_size > 1000
+    fig = frontier_figure(summary["methods"], "nfe")
+    assert sorted(t.name for t in fig.data) == ["AR", "S2D2"]
+    assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
+
+
+def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "-m", "s2d2.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path),
+    ]  # fmt: skip
+    subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
+    sharded = json.loads((tmp_path / "summary.json").read_text())
+    alone = json.loads((single / "summary.json").read_text())
+    assert sharded["meta"]["processes"] == 2
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["rank0.json", "rank1.json"]
+    for a, b in zip(alone["methods"], sharded["methods"]):
+        assert (a["method"], a["accuracy"], a["nfe_per_problem"]) == (b["method"], b["accuracy"], b["nfe_per_problem"])
+
+
+def test_engine_never_imports_gradio_or_plotly():
+    code = (
+        "import sys, s2d2.decode, s2d2.evaluate, s2d2.bench, s2d2.train, s2d2.models, s2d2.__main__; "
+        "print(sorted(m for m in ('gradio', 'plotly') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
