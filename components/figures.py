@@ -157,7 +157,10 @@ def trajectory_figure(trace: Trace, title: str) -> go.Figure:
     fig.update_yaxes(visible=False, row=1, col=1)
     fig.update_xaxes(title_text="generated position", row=2, col=1, showgrid=False)
     fig.update_xaxes(showticklabels=False, row=1, col=1)
-    fig.update_layout(sliders=[_replay_slider(trace, curtain_index, n, steps)], legend=dict(orientation="h", y=-0.02, yanchor="top", x=0, font=dict(size=11)))
+    fig.update_layout(
+        sliders=[_replay_slider(trace, curtain_index, n, steps)],
+        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right", font=dict(size=11)),
+    )
     height = 70 + grid_height + 190
     return _layout(fig, title, height)
 

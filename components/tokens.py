@@ -35,11 +35,12 @@ def token_tooltip(trace: Trace, step_index: int, block: int, p: PositionRecord) 
     return "\n".join(lines)
 
 
-def _show(token: str) -> str:
-    """Visible text for a token: special tokens and whitespace stay readable."""
-    if token.strip() == "":
-        return token.replace("\n", "⏎\n") or "∅"
-    return token
+def _split_space(token: str) -> tuple[str, str]:
+    """Leading whitespace goes outside the coloured box, so words read naturally."""
+    body = token.lstrip(" ")
+    if not body:
+        return "", token.replace("\n", "⏎\n") or "∅"
+    return token[: len(token) - len(body)], body
 
 
 def tokens_html(trace: Trace) -> str:
@@ -52,10 +53,8 @@ def tokens_html(trace: Trace) -> str:
         step_index, block, record = commits[position]
         outcome = display_outcome(trace.method, record.outcome)
         title = html.escape(token_tooltip(trace, step_index, block, record), quote=True)
-        spans.append(
-            f'<span class="tok tok-{outcome}" style="--tok:{OUTCOME_COLORS[outcome]}" '
-            f'title="{title}">{html.escape(_show(token))}</span>'
-        )
+        space, body = _split_space(token)
+        spans.append(f'{space}<span class="tok tok-{outcome}" title="{title}">{html.escape(body)}</span>')
     stop = "" if trace.stop_reason == "stop_token" else ' <span class="tok-cut">… (max new tokens)</span>'
     return f'<div class="tokens">{"".join(spans)}{stop}</div>'
 

@@ -25,7 +25,7 @@ from .runner import RUN_NAMES, ModelCache, Settings, build_configs, check_prompt
 from .views import build_views
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-BUNDLED_LABEL = "bundled (4.8M, trained by this project, CPU)"
+BUNDLED_LABEL = "bundled 4.8M (CPU, offline)"
 MODELS = ModelCache()
 _CANCELS: dict[str, threading.Event] = {}
 
@@ -35,7 +35,7 @@ def model_choices() -> list[tuple[str, str]]:
     from s2d2.models.catalog import MODEL_CATALOG
 
     choices = [(BUNDLED_LABEL, DEFAULT_MODEL)]
-    choices += [(f"{m.hub_id} ({m.family}, {m.parameters}, {m.weights_gb:.1f} GB bf16, needs a GPU)", m.hub_id) for m in MODEL_CATALOG]
+    choices += [(f"{m.hub_id} ({m.parameters_billion:g}B, {m.bf16_gb:.0f} GB bf16, GPU)", m.hub_id) for m in MODEL_CATALOG]
     return choices
 
 

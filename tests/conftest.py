@@ -44,3 +44,16 @@ def agreeing_model(tiny_path):
         for layer in model.model.model.layers:
             layer.self_attn.o_proj.weight.zero_()
     return model
+
+
+@pytest.fixture(scope="session")
+def app_url(tmp_path_factory):
+    """The dashboard running as ``python app.py`` (bundled model), shared by API and browser tests."""
+    from app_server import AppServer
+
+    server = AppServer(tmp_path_factory.mktemp("app") / "app.log")
+    try:
+        server.wait_ready()
+        yield server.url
+    finally:
+        server.stop()
