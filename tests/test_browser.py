@@ -56,8 +56,10 @@ def wait_plot(page, elem_id: str, timeout: float = 60_000) -> None:
 
 def test_run_an_example_and_replay_the_trajectory(page):
     examples = json.loads((ROOT / "assets" / "examples.json").read_text())
+    from playwright.sync_api import expect
+
     page.get_by_text(examples[3][:40]).first.click()
-    assert page.locator("#prompt textarea").input_value() == examples[3]
+    expect(page.locator("#prompt textarea")).to_have_value(examples[3], timeout=15_000)
     page.screenshot(path=str(SHOTS / "01-start.png"), full_page=True)
 
     start = time.perf_counter()
