@@ -12,12 +12,14 @@ from urllib.parse import urlparse
 import torch
 
 from .base import BlockDiffusionModel, KVSession, quiet_transformers
+from .fastdllm import FastDLLMModel
+from .llada2 import LLaDA2Model
 from .sdar import SDARModel
 
 __all__ = ["BlockDiffusionModel", "KVSession", "ModelLoadError", "load_model", "DEFAULT_MODEL", "ADAPTERS"]
 
 DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
-ADAPTERS = (SDARModel,)
+ADAPTERS = (SDARModel, FastDLLMModel, LLaDA2Model)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -85,10 +87,18 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_model(source: str = DEFAULT_MODEL, device: str | None = None, dtype: torch.dtype | None = None) -> BlockDiffusionModel:
+def load_model(
+    source: str = DEFAULT_MODEL,
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+    device_map: str | dict | None = None,
+) -> BlockDiffusionModel:
     """Load a block-diffusion checkpoint (directory or Hub id) behind the engine's interface.
 
-    fp32 on CPU and bf16 on GPU unless ``dtype`` says otherwise.
+    fp32 on CPU and bf16 on GPU unless ``dtype`` says otherwise. ``device_map``
+    (e.g. ``"auto"``, needs accelerate) is handed to ``from_pretrained`` so a
+    model larger than one GPU is spread over the available devices; without it
+    the whole model goes to ``device``.
     """
     from transformers import AutoTokenizer
 
@@ -97,14 +107,17 @@ def load_model(source: str = DEFAULT_MODEL, device: str | None = None, dtype: to
     offline = not Path(source).is_dir() and (os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable())
     config = read_config(source, offline)
     adapter = adapter_for(config)
+    load_kwargs = {"local_files_only": offline}
+    if device_map is not None:
+        load_kwargs["device_map"] = device_map
     try:
         with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
-        return adapter.load(
-            source, config, tokenizer, device, dtype, name=_display_name(source), local_files_only=offline
-        )
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline, trust_remote_code=False)
+        return adapter.load(source, config, tokenizer, device, dtype, name=_display_name(source), **load_kwargs)
     except ModelLoadError:
         raise
+    except ValueError as err:
+        raise ModelLoadError(f"cannot load {source!r} as {adapter.family}: {err}") from None
     except OSError as err:
         raise _hub_error(source, err, offline) from None
 

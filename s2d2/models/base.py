@@ -14,6 +14,12 @@ A decoder sees a block-diffusion model only through four forwards
 Logits always come back *aligned with block positions* (row ``i`` predicts the
 token at block position ``i``): a family whose logits are shifted by one hides
 that inside its adapter, so the decoders never know which family they drive.
+
+Every family runs through a stock transformers class, and the mechanics of
+that (explicit additive 4D masks, explicit positions, a ``DynamicCache`` that
+is cropped after a forward whose KV must not stay) live here, together with
+the prefill and the unfused commit, which are the same for all families.
+Adapters differ in how they draft and verify.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
+
+from .. import masks
 
 ForwardRecorder = Callable[[str, int, float], None]
 
@@ -91,13 +100,19 @@ class BlockDiffusionModel(ABC):
     def max_positions(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 1 << 20))
 
-    @abstractmethod
     def new_session(self, record: ForwardRecorder) -> KVSession:
         """A fresh, empty KV session whose forwards are reported to ``record``."""
+        return KVSession(cache=DynamicCache(config=self.model.config), record=record)
 
-    @abstractmethod
-    def prefill(self, session: KVSession, ids: torch.Tensor, causal: bool, block_length: int) -> None:
-        """Store the KV of ``ids`` (whole blocks of the prompt)."""
+    def prefill(self, session: KVSession, ids: torch.Tensor, causal: bool, block_length: int) -> torch.Tensor:
+        """Store the KV of ``ids`` (whole blocks of the prompt), causally or
+        block-causally; returns the last position's logit row."""
+        n = ids.shape[0]
+        if causal:
+            allowed = masks.causal(n, self.device)
+        else:
+            allowed = masks.block_causal(n, block_length, session.stored, self.device)
+        return self._forward(session, "prefill", ids, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[-1]
 
     @abstractmethod
     def draft_forward(
@@ -114,9 +129,63 @@ class BlockDiffusionModel(ABC):
     def verify_span(self, session: KVSession, block: torch.Tensor, span_start: int, span_length: int) -> torch.Tensor:
         """Verifier logits ``(span_length, V)``: block-size-1 predictions of the span."""
 
-    @abstractmethod
-    def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool) -> None:
-        """Store ``block``'s KV (the unfused commit)."""
+    def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool) -> torch.Tensor:
+        """Store ``block``'s KV (the unfused commit), causally or bidirectionally;
+        returns the last position's logit row."""
+        n = block.shape[0]
+        allowed = masks.causal(n, self.device) if causal else torch.ones(n, n, dtype=torch.bool, device=self.device)
+        return self._forward(session, "commit", block, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[-1]
+
+    def _forward(
+        self,
+        session: KVSession,
+        kind: str,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        allowed: torch.Tensor,
+        keep_kv: int,
+        keep_logits: int,
+    ) -> torch.Tensor:
+        """One model call over ``ids`` after the cache; returns the last ``keep_logits`` logit rows.
+
+        Every family runs through a stock transformers class the same way: an
+        explicit additive 4D mask, explicit position ids and the session's
+        ``DynamicCache``. Only the KV of the first ``keep_kv`` inputs is kept:
+        "run without storing" is "run, then crop what this call appended".
+        """
+        mask = masks.additive_mask(allowed, session.stored, self.dtype)
+
+        def call() -> torch.Tensor:
+            out = self.model(
+                input_ids=ids[None],
+                attention_mask=mask,
+                position_ids=positions[None],
+                cache=session.cache,
+                use_cache=True,
+                logits_to_keep=keep_logits,
+            )
+            return out.logits[0]
+
+        logits = self.timed_call(session, kind, ids.shape[0], call)
+        dropped = ids.shape[0] - keep_kv
+        if dropped:
+            session.cache.crop(-dropped)
+        session.stored += keep_kv
+        return logits
+
+    def _draft_rows(self, session, block, commit, commit_causal, causal_rows, keep_logits: int) -> torch.Tensor:
+        """The draft forward over ``[finished block | block]`` (:func:`masks.draft_mask`):
+        stores the finished block's KV, not the current block's; returns the last
+        ``keep_logits`` logit rows."""
+        commit_length = 0 if commit is None else commit.shape[0]
+        ids = block if commit is None else torch.cat([commit, block])
+        allowed = masks.draft_mask(commit_length, block.shape[0], commit_causal, causal_rows, self.device)
+        positions = self._positions(session, ids.shape[0])
+        return self._forward(session, "draft", ids, positions, allowed, keep_kv=commit_length, keep_logits=keep_logits)
+
+    def _positions(self, session: KVSession, n: int) -> torch.Tensor:
+        """Absolute positions of ``n`` inputs placed right after the cache."""
+        return session.stored + torch.arange(n, device=self.device)
 
     def chat_prompt(self, text: str) -> list[int]:
         """Token ids of ``text`` wrapped in the model's chat template."""
@@ -147,3 +216,54 @@ class BlockDiffusionModel(ABC):
             torch.cuda.synchronize(self.device)
         session.record(kind, tokens, time.perf_counter() - start)
         return out
+
+
+def from_pretrained_stock(model_class, source: str, config, device, dtype, strict: bool = False, **load_kwargs) -> torch.nn.Module:
+    """Load a checkpoint into a stock transformers class with SDPA attention.
+
+    With a ``device_map`` among ``load_kwargs`` accelerate places the layers
+    (possibly over several GPUs); otherwise the model is moved to ``device``.
+    ``strict`` refuses a checkpoint whose parameters do not all land on the
+    model's (a converted layout must match exactly, or weights stay random).
+    """
+    with quiet_transformers():
+        model, info = model_class.from_pretrained(
+            source, config=config, dtype=dtype, attn_implementation="sdpa", output_loading_info=True, **load_kwargs
+        )
+    unmatched = sorted(set(info.get("missing_keys", ())) | set(info.get("unexpected_keys", ())))
+    if strict and unmatched:
+        raise ValueError(f"the weights do not match {model_class.__name__}; unmatched parameters: {', '.join(unmatched[:4])}")
+    if load_kwargs.get("device_map") is None:
+        model = model.to(device)
+    return model
+
+
+def mask_token_id(config: dict, tokenizer, default: int | None = None) -> int:
+    """The ``[MASK]`` id: from the config, else the tokenizer's mask token, else
+    the family's published ``default`` when the vocabulary holds it."""
+    if config.get("mask_token_id") is not None:
+        return int(config["mask_token_id"])
+    for token in (getattr(tokenizer, "mask_token", None), "<|MASK|>", "<|mask|>", "|<MASK>|"):
+        if token and token in tokenizer.get_vocab():
+            return tokenizer.convert_tokens_to_ids(token)
+    if default is not None and default < int(config.get("vocab_size", 0)):
+        return default
+    raise ValueError("this checkpoint names no mask token: config.json has no mask_token_id and the tokenizer none")
+
+
+def stop_token_ids(config: dict, tokenizer, defaults: tuple[int, ...] = ()) -> list[int]:
+    """Every end token the checkpoint uses: chats end with ``<|im_end|>`` (Qwen
+    family) and pad with ``<|endoftext|>``, so generation stops on either; a
+    family's published ``defaults`` count when the vocabulary holds them."""
+    ids: set[int] = set()
+    for value in (config.get("eos_token_id"), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in ("<|im_end|>", "<|endoftext|>", "<|eos|>") if t in vocab)
+    ids.update(t for t in defaults if t < int(config.get("vocab_size", 0)))
+    if not ids:
+        raise ValueError("this checkpoint names no end-of-sequence token")
+    return sorted(ids)

@@ -1,0 +1,377 @@
+"""Fast-dLLM v2 and LLaDA2 through the engine, on tiny random checkpoints in each family's on-disk format.
+
+Nothing is downloaded: each checkpoint is written here with the config fields
+and parameter names the Hub models publish, then loaded through ``load_model``
+like a real one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from conftest import TINY
+from test_engine import CountingForward, random_prompts
+from s2d2 import masks
+from s2d2.config import DecodeConfig, VerifyConfig, preset_config
+from s2d2.decode import Decoder, generate
+from s2d2.models import ADAPTERS, ModelLoadError, load_model
+from s2d2.models.catalog import MODEL_CATALOG, estimate_memory_gb, parameter_count
+from s2d2.models.fastdllm import FastDLLMModel
+from s2d2.models.llada2 import LLaDA2Model
+from s2d2.models.sdar import SDARModel
+from s2d2.sampling import SamplingConfig
+from s2d2.tokenizer import EOS
+from s2d2.train import build_tokenizer
+
+INIT_STD = 0.15  # sharp, context-dependent predictions: decoders are not compared on ties
+LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2, 64, 4, 2, 16
+
+
+def shape_fields(tokenizer) -> dict:
+    vocab = 64 * -(-len(tokenizer) // 64)
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    return {
+        "vocab_size": vocab,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "hidden_act": "silu",
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def write_fast_dllm_checkpoint(path: Path, tokenizer, seed: int = 0) -> str:
+    """Fast-dLLM v2's layout: a ``Fast_dLLM_Qwen`` config and Qwen2 parameter names."""
+    fields = {**shape_fields(tokenizer), "intermediate_size": 128, "rope_theta": 1e6, "use_sliding_window": False}
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(Qwen2Config(**fields))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 or name.endswith("proj.bias"):
+                p.normal_(0, INIT_STD)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    config = {
+        **fields,
+        "architectures": ["Fast_dLLM_QwenForCausalLM"],
+        "model_type": "Fast_dLLM_Qwen",
+        "auto_map": {"AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"},
+        "bd_size": 32,
+        "sliding_window": 512,
+        "max_window_layers": LAYERS,
+        "torch_dtype": "float32",
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+LLADA2_MOE = {
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "n_group": 4,
+    "topk_group": 2,
+    "num_shared_experts": 1,
+    "moe_intermediate_size": 32,
+    "intermediate_size": 128,
+    "first_k_dense_replace": 1,
+    "routed_scaling_factor": 2.5,
+}
+
+
+def llada2_state_dict(config: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random weights under LLaDA2's own parameter names and layouts (fused q/k/v, one module per expert)."""
+
+    def matrix(rows: int, cols: int) -> torch.Tensor:
+        return torch.randn(rows, cols, generator=generator) * INIT_STD
+
+    def scale(n: int) -> torch.Tensor:
+        return 0.5 + torch.rand(n, generator=generator)
+
+    def mlp(prefix: str, size: int) -> dict:
+        return {
+            f"{prefix}.gate_proj.weight": matrix(size, HIDDEN),
+            f"{prefix}.up_proj.weight": matrix(size, HIDDEN),
+            f"{prefix}.down_proj.weight": matrix(HIDDEN, size),
+        }
+
+    vocab, experts = config["vocab_size"], config["num_experts"]
+    weights = {"model.word_embeddings.weight": matrix(vocab, HIDDEN), "model.norm.weight": scale(HIDDEN), "lm_head.weight": matrix(vocab, HIDDEN)}
+    for i in range(LAYERS):
+        layer = f"model.layers.{i}"
+        weights.update(
+            {
+                f"{layer}.input_layernorm.weight": scale(HIDDEN),
+                f"{layer}.post_attention_layernorm.weight": scale(HIDDEN),
+                f"{layer}.attention.query_key_value.weight": matrix((HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN),
+                f"{layer}.attention.query_layernorm.weight": scale(HEAD_DIM),
+                f"{layer}.attention.key_layernorm.weight": scale(HEAD_DIM),
+                f"{layer}.attention.dense.weight": matrix(HIDDEN, HEADS * HEAD_DIM),
+            }
+        )
+        if i < config["first_k_dense_replace"]:
+            weights.update(mlp(f"{layer}.mlp", config["intermediate_size"]))
+            continue
+        weights[f"{layer}.mlp.gate.weight"] = matrix(experts, HIDDEN)
+        weights[f"{layer}.mlp.gate.expert_bias"] = torch.randn(experts, generator=generator) * 0.1
+        weights.update(mlp(f"{layer}.mlp.shared_experts", config["moe_intermediate_size"] * config["num_shared_experts"]))
+        for e in range(experts):
+            weights.update(mlp(f"{layer}.mlp.experts.{e}", config["moe_intermediate_size"]))
+    return weights
+
+
+def write_llada2_checkpoint(path: Path, tokenizer, seed: int = 0) -> str:
+    """LLaDA2.x's layout: an ``llada2_moe`` config without a mask id (the tokenizer's
+    ``<|mask|>`` names it) and BailingMoeV2 parameter names."""
+    config = {
+        **shape_fields(tokenizer),
+        **LLADA2_MOE,
+        "architectures": ["LLaDA2MoeModelLM"],
+        "model_type": "llada2_moe",
+        "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig", "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"},
+        "head_dim": HEAD_DIM,
+        "partial_rotary_factor": 0.5,
+        "rope_theta": 600000,
+        "rope_scaling": None,
+        "use_qkv_bias": False,
+        "use_bias": False,
+        "use_qk_norm": True,
+        "score_function": "sigmoid",
+        "moe_router_enable_expert_bias": True,
+        "norm_topk_prob": True,
+        "dtype": "float32",
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(llada2_state_dict(config, torch.Generator().manual_seed(seed)), str(path / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(path)
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+WRITERS = {"fast_dllm_v2": write_fast_dllm_checkpoint, "llada2": write_llada2_checkpoint}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: on a busy CPU, waking a thread pool for each small MoE
+    operation costs far more than it saves (50x slower on two shared cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer(TINY)
+
+
+@pytest.fixture(scope="module")
+def family_paths(tmp_path_factory, tokenizer) -> dict[str, str]:
+    return {family: write(tmp_path_factory.mktemp(family), tokenizer) for family, write in WRITERS.items()}
+
+
+@pytest.fixture(scope="module")
+def family_models(family_paths):
+    return {family: load_model(path, device="cpu") for family, path in family_paths.items()}
+
+
+@pytest.fixture(params=sorted(WRITERS))
+def model(request, family_models):
+    return family_models[request.param]
+
+
+def stock_logits(model, ids: list[int]) -> torch.Tensor:
+    """Logits of one uncached causal forward of the stock network (its own default mask)."""
+    with torch.no_grad():
+        return model.model(input_ids=torch.tensor([ids])).logits[0]
+
+
+def autoregressive_distribution(model, context: list[int]) -> torch.Tensor:
+    """The block-size-1 distribution of the token after ``context``: a right-shifted
+    model reads it off its last row, a position-aligned one off a mask token appended."""
+    if model.family == "fast_dllm_v2":
+        return torch.softmax(stock_logits(model, context)[-1], dim=-1)
+    return torch.softmax(stock_logits(model, context + [model.mask_token_id])[-1], dim=-1)
+
+
+# -- loading and the registry ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config, adapter",
+    [
+        ({"model_type": "sdar", "architectures": ["SDARForCausalLM"]}, SDARModel),
+        ({"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32}, FastDLLMModel),
+        ({"architectures": ["Fast_dLLM_QwenForCausalLM"]}, FastDLLMModel),
+        ({"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}, LLaDA2Model),
+        ({"architectures": ["LLaDA2MoeModelLM"]}, LLaDA2Model),
+    ],
+)
+def test_registry_picks_the_family_adapter(config, adapter):
+    assert [a for a in ADAPTERS if a.matches(config)] == [adapter]
+
+
+def test_loaded_checkpoints_have_the_family_adapter_and_its_tokens(family_models, tokenizer):
+    fast, llada2 = family_models["fast_dllm_v2"], family_models["llada2"]
+    assert isinstance(fast, FastDLLMModel) and isinstance(llada2, LLaDA2Model)
+    assert type(fast.model).__name__ == "Qwen2ForCausalLM"
+    assert fast.trained_block_lengths == (32,)
+    for model in (fast, llada2):
+        assert model.mask_token_id == tokenizer.mask_token_id
+        assert tokenizer.convert_tokens_to_ids(EOS) in model.stop_token_ids
+
+
+def test_unknown_model_type_is_a_clear_load_error(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(ModelLoadError, match=r"unsupported model \(model_type='llama'.*supported families: sdar, fast_dllm_v2, llada2"):
+        load_model(str(tmp_path), device="cpu")
+
+
+def test_llada2_checkpoint_the_stock_class_cannot_express_is_refused(family_paths, tmp_path):
+    path = shutil.copytree(family_paths["llada2"], tmp_path / "with_output_bias")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "use_bias": True}))
+    with pytest.raises(ModelLoadError, match="as llada2: .*use_bias"):
+        load_model(str(path), device="cpu")
+
+
+def test_llada2_weights_land_on_the_stock_parameters(family_paths, family_models):
+    """Fused q/k/v rows split in order, experts stacked as [gate | up], router bias renamed."""
+    from safetensors.torch import load_file
+
+    published = load_file(str(Path(family_paths["llada2"]) / "model.safetensors"))
+    layer = family_models["llada2"].model.model.layers[1]
+    fused = published["model.layers.1.attention.query_key_value.weight"]
+    q, k = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    attention = layer.self_attn
+    assert torch.equal(torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]), fused)
+    assert torch.equal(attention.q_proj.weight, fused[:q]) and torch.equal(attention.v_proj.weight, fused[q + k :])
+    assert torch.equal(attention.o_proj.weight, published["model.layers.1.attention.dense.weight"])
+    e = 5
+    gate_up = layer.mlp.experts.gate_up_proj[e]
+    assert torch.equal(gate_up, torch.cat([published[f"model.layers.1.mlp.experts.{e}.gate_proj.weight"], published[f"model.layers.1.mlp.experts.{e}.up_proj.weight"]]))
+    assert torch.equal(layer.mlp.experts.down_proj[e], published[f"model.layers.1.mlp.experts.{e}.down_proj.weight"])
+    assert torch.equal(layer.mlp.gate.e_score_correction_bias, published["model.layers.1.mlp.gate.expert_bias"])
+    assert layer.mlp.gate.top_k == LLADA2_MOE["num_experts_per_tok"] and layer.mlp.gate.norm_topk_prob
+
+
+def test_device_map_is_passed_through_to_from_pretrained(family_paths, monkeypatch):
+    seen = {}
+    from_pretrained = Qwen2ForCausalLM.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        seen.update(kwargs)
+        return from_pretrained(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Qwen2ForCausalLM, "from_pretrained", classmethod(spy))
+    model = load_model(family_paths["fast_dllm_v2"], device="cpu", device_map="auto")
+    assert seen["device_map"] == "auto"
+    assert model.device.type == "cpu"
+
+
+# -- the catalog ------------------------------------------------------------------
+
+
+def test_memory_estimate_counts_the_loaded_parameters_exactly(family_paths, family_models):
+    for family, path in family_paths.items():
+        config = json.loads((Path(path) / "config.json").read_text())
+        loaded = sum(p.numel() for p in family_models[family].model.parameters())
+        expected = loaded + (config["num_experts"] * (LAYERS - 1) if family == "llada2" else 0)  # the router bias is a buffer
+        assert parameter_count(config) == expected
+        assert estimate_memory_gb(config, 4) == pytest.approx(4 * expected / 1e9)
+
+
+def test_catalog_lists_every_family_with_sizes_that_agree():
+    assert {entry.family for entry in MODEL_CATALOG} == {a.family for a in ADAPTERS}
+    for entry in MODEL_CATALOG:
+        assert entry.bf16_gb == pytest.approx(2 * entry.parameters_billion, rel=0.02), entry.hub_id
+    sdar_8b = {
+        "model_type": "sdar", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+    }
+    assert estimate_memory_gb(sdar_8b) == pytest.approx(16.4, rel=0.01)  # the Hub's four shards
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+def test_fast_dllm_ar_decoding_equals_the_stock_models_greedy_loop(family_models):
+    """The right shift is hidden: AR through the adapter is plain causal greedy decoding."""
+    model = family_models["fast_dllm_v2"]
+    for prompt in random_prompts(model, 4, seed=21):
+        ids = list(prompt)
+        for _ in range(12):
+            ids.append(int(stock_logits(model, ids)[-1].argmax()))
+            if ids[-1] in model.stop_token_ids:
+                break
+        assert generate(model, prompt, DecodeConfig(method="ar", max_new_tokens=12)).output_ids == ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("span_start, span_length", [(0, 5), (2, 5), (0, 1)])
+def test_verifier_equals_sequential_block_size_one_forwards(model, span_start, span_length):
+    prompt = random_prompts(model, 1, seed=1)[0][:8]
+    block = torch.tensor(random_prompts(model, 1, seed=2)[0][:8] + [0] * 8)[:8]
+    session = model.new_session(lambda *a: None)
+    model.prefill(session, torch.tensor(prompt), causal=True, block_length=8)
+    q = torch.softmax(model.verify_span(session, block, span_start, span_length), dim=-1)
+    assert q.shape[0] == span_length
+    for k in range(span_length):
+        expected = autoregressive_distribution(model, prompt + block[: span_start + k].tolist())
+        assert (q[k] - expected).abs().max().item() <= 1e-5
+
+
+def exact_greedy_s2d2(block_length: int, sub_block_length: int | None = None) -> DecodeConfig:
+    return DecodeConfig(
+        method="s2d2",
+        block_length=block_length,
+        sub_block_length=sub_block_length,
+        cache_ver=True,
+        max_new_tokens=16,
+        verify=VerifyConfig(policy="always", acceptance="greedy"),
+    )
+
+
+@pytest.mark.parametrize("block_length, sub_block_length", [(4, None), (8, 4)])
+def test_exact_greedy_s2d2_matches_ar_decoding(model, block_length, sub_block_length):
+    ar = DecodeConfig(method="ar", max_new_tokens=16)
+    for prompt in random_prompts(model, 10, seed=block_length):
+        expected = generate(model, prompt, ar).output_ids
+        assert generate(model, prompt, exact_greedy_s2d2(block_length, sub_block_length)).output_ids == expected
+
+
+DECODERS = [
+    DecodeConfig(method="ar", max_new_tokens=20),
+    DecodeConfig(method="static", block_length=8, steps=4, max_new_tokens=20),
+    DecodeConfig(method="dynamic", block_length=8, threshold=0.3, max_new_tokens=20, fuse_commit=False),
+    preset_config("sdar-a", max_new_tokens=20),
+    preset_config("hysteresis", max_new_tokens=20),
+    DecodeConfig(method="s2d2", block_length=8, max_new_tokens=20, verify=VerifyConfig(policy="ucb")),
+    DecodeConfig(method="dynamic", block_length=16, sub_block_length=4, threshold=0.5, max_new_tokens=20),
+    DecodeConfig(method="s2d2", block_length=4, max_new_tokens=20, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)),
+]
+
+
+@pytest.mark.parametrize("config", DECODERS, ids=lambda c: f"{c.method}-B{c.block_length}-{c.verify.policy}")
+def test_every_decoder_commits_each_token_once_and_counts_every_model_call(model, config):
+    prompt = random_prompts(model, 1, seed=11)[0]
+    with CountingForward(model) as counter:
+        trace = Decoder(model, config).run(prompt)
+    assert trace.summary.nfe == counter.calls == len(trace.forwards)
+    committed = {p.position: p.committed for step in trace.steps for p in step.committed}
+    assert sum(len(step.committed) for step in trace.steps) == len(committed)
+    assert [committed[i] for i in range(len(trace.output_ids))] == trace.output_ids
+    if config.method == "ar":
+        assert trace.summary.nfe_by_kind["draft"] == len(trace.output_ids)
