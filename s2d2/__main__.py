@@ -19,6 +19,9 @@ _FIELDS = {
     "steps": (None, "steps"),
     "threshold": (None, "threshold"),
     "rule": (None, "s2d2_rule"),
+    "sub_block_length": (None, "sub_block_length"),
+    "edit_threshold": (None, "edit_threshold"),
+    "max_post_steps": (None, "max_post_steps"),
     "max_new_tokens": (None, "max_new_tokens"),
     "seed": (None, "seed"),
     "cache_ver": (None, "cache_ver"),
@@ -47,9 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--method", choices=METHODS)
     gen.add_argument("--preset", help=f"a paper configuration: {', '.join(PRESETS)}")
     gen.add_argument("--block-length", type=int)
-    gen.add_argument("--steps", type=int, help="denoising steps per block (default: the block length)")
+    gen.add_argument("--sub-block-length", type=int, help="decode blocks in sub-blocks of this size (Fast-dLLM v2)")
+    gen.add_argument("--steps", type=int, help="denoising steps per (sub-)block (default: its length)")
     gen.add_argument("--threshold", type=float, help="confidence threshold τ of the dynamic rule")
     gen.add_argument("--rule", choices=("static", "dynamic"), help="S2D2's diffusion rule when it skips verification")
+    gen.add_argument("--edit-threshold", type=float, help="τ_edit: rewrite committed tokens above this confidence (LLaDA2)")
+    gen.add_argument("--max-post-steps", type=int, help="editing-only passes after a block is full")
     gen.add_argument("--max-new-tokens", type=int)
     gen.add_argument("--seed", type=int)
     gen.add_argument("--cache-ver", action="store_const", const=True, help="store committed KV causally (AR-like)")
@@ -94,7 +100,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from .models import DEFAULT_MODEL, load_model
 
     config = config_from_args(args)
-    model = load_model(args.model or DEFAULT_MODEL, device=args.device)
+    model = load_model(args.model or DEFAULT_MODEL, device=args.device, announce=lambda line: print(line, file=sys.stderr))
     trace = generate(model, args.prompt, config)
     s = trace.summary
     if args.json:
@@ -112,6 +118,8 @@ def run_generate(args: argparse.Namespace) -> int:
                 f"verifications {s.verifications} (skipped {s.verifications_skipped}); acceptance {rate}; "
                 f"mean accepted length {s.mean_accepted_length or 0:.2f}; rejections {s.rejections}"
             )
+        if s.edits:
+            print(f"edits {s.edits}")
     if args.trace_out:
         trace.save(args.trace_out)
         print(f"trace written to {args.trace_out}", file=sys.stderr)

@@ -78,7 +78,10 @@ class DecodeConfig:
     decoded left to right, each draft forward still seeing the whole block.
     ``steps`` is the number of denoising steps per (sub-)block; the static
     schedule commits ``sub_block_length / steps`` tokens per step and is also
-    the per-step minimum of the dynamic rule and of S2D2's fallback. ``s2d2_rule`` is the
+    the per-step minimum of the dynamic rule and of S2D2's fallback.
+    ``edit_threshold`` (τ_edit, LLaDA2.x) lets a later draft rewrite an already
+    committed answer token of the current block when it is that confident, and
+    ``max_post_steps`` editing-only passes may follow once a block is full. ``s2d2_rule`` is the
     diffusion rule S2D2 uses when the router skips verification. AR is block
     size 1 with one step, whatever the block settings say.
     """
@@ -95,6 +98,8 @@ class DecodeConfig:
     cache_ver: bool = False
     draft_ver: bool = False
     fuse_commit: bool = True
+    edit_threshold: float | None = None
+    max_post_steps: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -116,6 +121,10 @@ class DecodeConfig:
         _check_unit("threshold τ", self.threshold)
         if self.max_new_tokens < 1:
             raise ValueError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
+        if self.edit_threshold is not None:
+            _check_unit("edit threshold τ_edit", self.edit_threshold)
+        if self.max_post_steps < 0:
+            raise ValueError(f"max post steps must be >= 0, got {self.max_post_steps}")
 
     @property
     def commit_rule(self) -> str:
@@ -155,7 +164,8 @@ class Preset:
     settings: dict
 
 
-# The paper's SDAR configurations (spec section 7). All use soft_entropy_negexp.
+# The paper's configurations (spec section 7), all with soft_entropy_negexp;
+# "hysteresis" and "min-span" are the Fast-dLLM v2 routers at the bundled model's B=16.
 PRESETS = {
     p.name: p
     for p in (
@@ -203,6 +213,59 @@ PRESETS = {
             "min-span",
             "Minimum-span router: B=16, verify only spans of at least 8 masked positions (Fast-dLLM v2 config C).",
             dict(method="s2d2", block_length=16, steps=16, threshold=0.9, s2d2_rule="dynamic", verify=dict(policy="min_span", tau_span=8)),
+        ),
+        Preset(
+            "fastdllm-a",
+            "Fast-dLLM v2 config A: block 32, sub-block 4, τ=0.9; hysteresis τ_on=1, τ_off=−5 on the dynamic score, c=1.",
+            dict(
+                method="s2d2",
+                block_length=32,
+                sub_block_length=4,
+                steps=4,
+                threshold=0.9,
+                verify=dict(policy="hysteresis", score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0),
+            ),
+        ),
+        Preset(
+            "fastdllm-b",
+            "Fast-dLLM v2 config B: as A with sub-block 16.",
+            dict(
+                method="s2d2",
+                block_length=32,
+                sub_block_length=16,
+                steps=16,
+                threshold=0.9,
+                verify=dict(policy="hysteresis", score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0),
+            ),
+        ),
+        Preset(
+            "fastdllm-c",
+            "Fast-dLLM v2 config C: block and sub-block 32, τ=0.9; verify spans of at least 8.",
+            dict(method="s2d2", block_length=32, steps=32, threshold=0.9, verify=dict(policy="min_span", tau_span=8)),
+        ),
+        Preset(
+            "llada2-conservative",
+            "LLaDA2.1-mini conservative: block 32, τ_mask=0.95, τ_edit=0.9; τ_score=−5 on E[K] − 4.",
+            dict(
+                method="s2d2",
+                block_length=32,
+                steps=32,
+                threshold=0.95,
+                edit_threshold=0.9,
+                verify=dict(policy="score", score="static", c=4.0, tau_score=-5.0),
+            ),
+        ),
+        Preset(
+            "llada2-quality",
+            "LLaDA2.1-mini quality: block 32, τ_mask=0.7, τ_edit=0.5; τ_score=0 on E[K] − 4.",
+            dict(
+                method="s2d2",
+                block_length=32,
+                steps=32,
+                threshold=0.7,
+                edit_threshold=0.5,
+                verify=dict(policy="score", score="static", c=4.0, tau_score=0.0),
+            ),
         ),
     )
 }

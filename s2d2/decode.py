@@ -62,6 +62,45 @@ def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: s
 
 
 @dataclass
+class BlockState:
+    """The block being decoded: tokens on the device, their host mirror, what is still masked.
+
+    ``offset`` is the output position of block position 0 (negative while the
+    block still holds the prompt's tail); ``active`` marks positions inside the
+    generation budget (the last block may be cut by ``max_new_tokens``).
+    """
+
+    index: int
+    offset: int
+    host: list[int]
+    masked: list[bool]
+    active: list[bool]
+    tokens: torch.Tensor
+
+    @classmethod
+    def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> "BlockState":
+        tail = prompt_ids[start:]
+        host = tail + [mask_id] * (size - len(tail))
+        active = [start + i < total for i in range(size)]
+        masked = [start + i >= len(prompt_ids) and a for i, a in enumerate(active)]
+        return cls(index, start - len(prompt_ids), host, masked, active, torch.tensor(host, dtype=torch.long, device=device))
+
+    @property
+    def first_generated(self) -> int:
+        return max(0, -self.offset)
+
+    def set(self, tokens: dict[int, int]) -> None:
+        """Write tokens at block positions (commits or edits) on host and device alike."""
+        if not tokens:
+            return
+        for i, token in tokens.items():
+            self.host[i] = token
+            self.masked[i] = False
+        index = torch.tensor(list(tokens), device=self.tokens.device)
+        self.tokens[index] = torch.tensor(list(tokens.values()), device=self.tokens.device)
+
+
+@dataclass
 class Draft:
     """One draft forward's proposals for a block, on the device and mirrored on the host."""
 
@@ -137,11 +176,9 @@ class Decoder:
         stop_reason = "max_new_tokens"
         start, block_index = prefilled, 0
         while start < total:
-            tail = prompt_ids[start:]
-            block_host = tail + [self.model.mask_token_id] * (B - len(tail))
-            masked = [start + i >= prompt_length and start + i < total for i in range(B)]
-            pending, end = self._decode_block(session, block_index, start, block_host, masked, pending, prompt_length, stops)
-            generated.extend(block_host[max(0, prompt_length - start) : (end if end is not None else B)])
+            block = BlockState.starting(block_index, start, prompt_ids, total, self.model.mask_token_id, B, self.device)
+            pending, end = self._decode_block(session, block, pending, stops)
+            generated.extend(block.host[block.first_generated : (end if end is not None else B)])
             if self.on_progress:
                 self.on_progress(len(generated), cfg.max_new_tokens)
             if end is not None:
@@ -171,73 +208,94 @@ class Decoder:
             token_text=token_text,
         )
 
-    def _decode_block(self, session, block_index, start, block_host, masked, pending, prompt_length, stops):
+    def _decode_block(self, session: KVSession, block: BlockState, pending, stops) -> tuple[torch.Tensor | None, int | None]:
         """Decode one block in place. Returns ``(block to commit next, stop end or None)``.
 
-        ``block_host`` and ``masked`` are updated in place; the returned end is
-        the block position just after a committed stop token, if one ended
-        generation.
+        Sub-blocks are decoded left to right; with an edit threshold, up to
+        ``max_post_steps`` editing-only passes follow. The returned end is the
+        block position just after a committed stop token, if one ended generation.
         """
         cfg = self.config
-        schedule = cfg.schedule()
-        width = cfg.sub_block_length
-        block = torch.tensor(block_host, dtype=torch.long, device=self.device)
+        width, size = cfg.sub_block_length, len(block.masked)
         step = 0
-        for window_start in range(0, len(masked), width):
-            window_end = window_start + width
+        for window_start in range(0, size, width):
+            window = range(window_start, window_start + width)
             window_step = 0
-            while any(masked[window_start:window_end]):
-                if self.should_stop and self.should_stop():
-                    raise DecodeCancelled("decoding was cancelled")
-                self._where = (block_index, step)
-                self._step_forwards = []
-                causal_rows = None
-                if cfg.draft_ver:
-                    first = masked.index(True)
-                    causal_rows = torch.arange(len(masked), device=self.device) < first
-                logits = self.model.draft_forward(session, block, pending, cfg.cache_ver, causal_rows)
+            while any(block.masked[i] for i in window):
+                active = [m and i in window for i, m in enumerate(block.masked)]
+                self._step(session, block, step, window_step, active, pending)
                 pending = None
-                draft = self._draft(logits)
-                # Only the current sub-block is decoded; later ones stay masked context.
-                active = [m and window_start <= i < window_end for i, m in enumerate(masked)]
-                k_min = min(schedule[min(window_step, len(schedule) - 1)], sum(active))
-                positions = {
-                    i: tr.PositionRecord(i + start - prompt_length, draft.tokens_host[i], draft.confidence_host[i])
-                    for i, m in enumerate(active)
-                    if m
-                }
-                record = tr.StepRecord(block_index, step, start - prompt_length, self._step_forwards, [])
-                if self.policy is None:
-                    committed = self._commit_by_rule(draft, active, k_min, positions, tr.THRESHOLD)
-                else:
-                    committed = self._s2d2_step(session, block, draft, active, width, k_min, positions, record)
-                for i, token in committed.items():
-                    block_host[i] = token
-                    masked[i] = False
-                if committed:
-                    index = torch.tensor(list(committed), device=self.device)
-                    block[index] = torch.tensor(list(committed.values()), device=self.device)
-                record.positions = list(positions.values())
-                self.steps.append(record)
-                step += 1
-                window_step += 1
-                end = self._stop_end(block_host, masked, start, prompt_length, stops)
+                step, window_step = step + 1, window_step + 1
+                end = self._stop_end(block, stops)
                 if end is not None:
                     return None, end
+        for _ in range(cfg.max_post_steps if cfg.edit_threshold is not None else 0):
+            edits = self._step(session, block, step, 0, [False] * size, None)
+            step += 1
+            end = self._stop_end(block, stops)
+            if end is not None:
+                return None, end
+            if not edits:
+                break
         if not cfg.fuse_commit:
-            self._where = (block_index, step)
+            self._where = (block.index, step)
             self._step_forwards = []
-            self.model.commit_forward(session, block, cfg.cache_ver)
+            self.model.commit_forward(session, block.tokens, cfg.cache_ver)
             return None, None
-        return block, None
+        return block.tokens, None
+
+    def _step(self, session: KVSession, block: BlockState, step: int, window_step: int, active: list[bool], pending) -> int:
+        """One draft forward and what it commits in the ``active`` positions; returns the edit count."""
+        cfg = self.config
+        if self.should_stop and self.should_stop():
+            raise DecodeCancelled("decoding was cancelled")
+        self._where = (block.index, step)
+        self._step_forwards = []
+        causal_rows = None
+        if cfg.draft_ver:
+            first = block.masked.index(True) if any(block.masked) else len(block.masked)
+            causal_rows = torch.arange(len(block.masked), device=self.device) < first
+        draft = self._draft(self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_rows))
+        record = tr.StepRecord(block.index, step, block.offset, self._step_forwards, [])
+        if cfg.edit_threshold is not None:
+            record.edits = self._edits(draft, block)
+            block.set({e.position - block.offset: e.new for e in record.edits})
+        positions = {
+            i: tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i]) for i, m in enumerate(active) if m
+        }
+        if positions:
+            k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], len(positions))
+            if self.policy is None:
+                committed = self._commit_by_rule(draft, active, k_min, positions, tr.THRESHOLD)
+            else:
+                committed = self._s2d2_step(session, block.tokens, draft, active, cfg.sub_block_length, k_min, positions, record)
+            block.set(committed)
+        record.positions = list(positions.values())
+        self.steps.append(record)
+        return len(record.edits)
+
+    def _edits(self, draft: Draft, block: BlockState) -> list[tr.EditRecord]:
+        """Committed answer tokens the new draft replaces (LLaDA2's editing, τ_edit).
+
+        A committed position is rewritten, not re-masked, when the draft now
+        prefers another token with confidence above the edit threshold.
+        """
+        return [
+            tr.EditRecord(i + block.offset, block.host[i], draft.tokens_host[i], draft.confidence_host[i])
+            for i in range(block.first_generated, len(block.host))
+            if not block.masked[i]
+            and block.active[i]
+            and draft.tokens_host[i] != block.host[i]
+            and draft.confidence_host[i] > self.config.edit_threshold
+        ]
 
     @staticmethod
-    def _stop_end(block_host, masked, start, prompt_length, stops) -> int | None:
+    def _stop_end(block: BlockState, stops) -> int | None:
         """Block position after the first committed stop token whose prefix is all committed."""
-        for i in range(max(0, prompt_length - start), len(block_host)):
-            if masked[i]:
+        for i in range(block.first_generated, len(block.host)):
+            if block.masked[i]:
                 return None
-            if block_host[i] in stops:
+            if block.host[i] in stops:
                 return i + 1
         return None
 

@@ -56,6 +56,16 @@ class PositionRecord:
 
 
 @dataclass
+class EditRecord:
+    """A committed token rewritten by a later draft (editing, τ_edit)."""
+
+    position: int
+    old: int
+    new: int
+    confidence: float
+
+
+@dataclass
 class RouteRecord:
     """A routing decision and every input it was made from."""
 
@@ -82,6 +92,7 @@ class StepRecord:
     positions: list[PositionRecord]
     route: RouteRecord | None = None
     accepted: int | None = None
+    edits: list[EditRecord] = field(default_factory=list)
 
     @property
     def committed(self) -> list[PositionRecord]:
@@ -108,6 +119,7 @@ class Summary:
     rejections: int
     acceptance_rate: float | None
     mean_accepted_length: float | None
+    edits: int = 0
 
 
 @dataclass
@@ -157,6 +169,7 @@ class Trace:
                     **s,
                     "positions": [PositionRecord(**p) for p in s["positions"]],
                     "route": RouteRecord(**s["route"]) if s.get("route") else None,
+                    "edits": [EditRecord(**e) for e in s.get("edits", [])],
                 }
             )
             for s in data["steps"]
@@ -222,4 +235,5 @@ def summarize(forwards: list[ForwardRecord], steps: list[StepRecord], generated:
         rejections=by_outcome[RESAMPLED],
         acceptance_rate=drafts_accepted / drafts_verified if drafts_verified else None,
         mean_accepted_length=drafts_accepted / len(verified_steps) if verified_steps else None,
+        edits=sum(e.position < generated for s in steps for e in s.edits),
     )

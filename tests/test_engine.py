@@ -224,3 +224,27 @@ def test_bad_prompts_are_refused(tiny_model):
         generate(tiny_model, "   ", DecodeConfig())
     with pytest.raises(ValueError, match="positions"):
         generate(tiny_model, [5] * 600, DecodeConfig())
+
+
+@pytest.mark.parametrize("method", ["dynamic", "s2d2"])
+def test_editing_rewrites_committed_tokens_and_the_trace_replays_them(tiny_model, method):
+    config = DecodeConfig(method=method, block_length=8, threshold=0.5, edit_threshold=0.0, max_post_steps=2, max_new_tokens=24)
+    saved = tiny_model.stop_token_ids
+    tiny_model.stop_token_ids = []
+    try:
+        with CountingForward(tiny_model) as counter:
+            trace = Decoder(tiny_model, config).run(random_prompts(tiny_model, 1, seed=17)[0])
+    finally:
+        tiny_model.stop_token_ids = saved
+    assert trace.summary.nfe == counter.calls
+    final: dict[int, int] = {}
+    for step in trace.steps:
+        for e in step.edits:
+            assert final[e.position] == e.old != e.new and e.confidence > 0.0
+            final[e.position] = e.new
+        for p in step.committed:
+            assert p.position not in final
+            final[p.position] = p.committed
+    assert [final[i] for i in range(len(trace.output_ids))] == trace.output_ids
+    assert trace.summary.edits > 0
+    assert Trace.from_json(trace.to_json()) == trace

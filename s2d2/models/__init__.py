@@ -7,6 +7,7 @@ import os
 import re
 import socket
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlparse
 
 import torch
@@ -92,6 +93,7 @@ def load_model(
     device: str | None = None,
     dtype: torch.dtype | None = None,
     device_map: str | dict | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> BlockDiffusionModel:
     """Load a block-diffusion checkpoint (directory or Hub id) behind the engine's interface.
 
@@ -107,6 +109,8 @@ def load_model(
     offline = not Path(source).is_dir() and (os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable())
     config = read_config(source, offline)
     adapter = adapter_for(config)
+    if announce:
+        announce(describe(source, adapter.family, config, dtype))
     load_kwargs = {"local_files_only": offline}
     if device_map is not None:
         load_kwargs["device_map"] = device_map
@@ -120,6 +124,21 @@ def load_model(
         raise ModelLoadError(f"cannot load {source!r} as {adapter.family}: {err}") from None
     except OSError as err:
         raise _hub_error(source, err, offline) from None
+
+
+def describe(source: str, family: str, config: dict, dtype: torch.dtype) -> str:
+    """One line: what is about to load and how much memory its weights need."""
+    from .catalog import estimate_memory_gb, parameter_count
+
+    width = torch.finfo(dtype).bits // 8
+    try:
+        count, gb = parameter_count(config), estimate_memory_gb(config, width)
+        amount = f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"
+        memory = f"{gb:.2f} GB" if gb >= 1 else f"{gb * 1e3:.0f} MB"
+        size = f"{amount} parameters, about {memory} of weights in {str(dtype).removeprefix('torch.')}"
+    except (KeyError, TypeError):
+        size = "size unknown (config.json lacks the fields to count parameters)"
+    return f"loading {source} ({family}): {size}"
 
 
 def _display_name(source: str) -> str:
