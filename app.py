@@ -39,10 +39,23 @@ def build_demo() -> gr.Blocks:
             with gr.Tab("Compare", id="compare"):
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=3):
-                        prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt", placeholder="Ask a word problem, or pick an example below")
-                        gr.Examples(ui.examples(), inputs=[prompt], label="Examples (held-out problems the bundled model never saw)", cache_examples=False)
+                        prompt = gr.Textbox(
+                            label="Prompt",
+                            lines=3,
+                            max_lines=8,
+                            elem_id="prompt",
+                            placeholder="Ask a word problem, or pick an example below",
+                        )
+                        gr.Examples(
+                            ui.examples(),
+                            inputs=[prompt],
+                            label="Examples (held-out problems the bundled model never saw)",
+                            cache_examples=False,
+                        )
                     with gr.Column(scale=1, min_width=260):
-                        model = gr.Dropdown(ui.model_choices(), value=ui.model_choices()[0][1], label="Model", elem_id="model")
+                        model = gr.Dropdown(
+                            ui.model_choices(), value=ui.model_choices()[0][1], label="Model", elem_id="model"
+                        )
                         run = gr.Button("Run", variant="primary", elem_id="run")
                         cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
                         export = gr.DownloadButton("Download traces (JSON)", visible=False, elem_id="export")
@@ -56,10 +69,13 @@ def build_demo() -> gr.Blocks:
 
         preset.change(ui.apply_preset, preset, settings.components())
         outputs = [status, *results.components(), export]
-        run_event = run.click(on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1)
+        run_event = run.click(
+            on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1
+        )
         prompt.submit(on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1)
         cancel.click(ui.cancel_run, None, status, cancels=[run_event], queue=False)
         upload.upload(ui.replay, upload, [status, *results.components()])
+        demo.load(ui.startup, None, [status, *results.components()])
     return demo
 
 

@@ -12,10 +12,16 @@ def _cells(x: float, y: float, tokens: list[tuple[str, str, str]]) -> str:
     parts = []
     for i, (text, fill, caption) in enumerate(tokens):
         cx = x + i * (CELL + GAP)
-        parts.append(f'<rect x="{cx}" y="{y}" width="{CELL}" height="34" rx="6" fill="{fill}" stroke="#475569" stroke-width="1"/>')
-        parts.append(f'<text x="{cx + CELL / 2}" y="{y + 22}" text-anchor="middle" font-size="15" font-family="ui-monospace,monospace">{text}</text>')
+        parts.append(
+            f'<rect x="{cx}" y="{y}" width="{CELL}" height="34" rx="6" fill="{fill}" stroke="#475569" stroke-width="1"/>'
+        )
+        parts.append(
+            f'<text x="{cx + CELL / 2}" y="{y + 22}" text-anchor="middle" font-size="15" font-family="ui-monospace,monospace">{text}</text>'
+        )
         if caption:
-            parts.append(f'<text x="{cx + CELL / 2}" y="{y + 50}" text-anchor="middle" font-size="11" fill="#475569">{caption}</text>')
+            parts.append(
+                f'<text x="{cx + CELL / 2}" y="{y + 50}" text-anchor="middle" font-size="11" fill="#475569">{caption}</text>'
+            )
     return "".join(parts)
 
 
@@ -35,11 +41,44 @@ def diagram_svg() -> str:
         _label(10, 40, "1 · block of masks", "committed prefix + [M]"),
         _cells(x0, 22, [("17", pale(blue, 0.5), ""), ("▁-", pale(blue, 0.5), "")] + [("[M]", mask, "")] * 4),
         _label(10, 120, "2 · draft (diffusion)", "one forward, all positions"),
-        _cells(x0, 102, [("17", pale(blue, 0.5), ""), ("▁-", pale(blue, 0.5), ""), ("▁6", DRAFTED, "p=.92"), ("▁=", DRAFTED, "p=.97"), ("▁1", DRAFTED, "p=.81"), ("2", DRAFTED, "p=.40")]),
+        _cells(
+            x0,
+            102,
+            [
+                ("17", pale(blue, 0.5), ""),
+                ("▁-", pale(blue, 0.5), ""),
+                ("▁6", DRAFTED, "p=.92"),
+                ("▁=", DRAFTED, "p=.97"),
+                ("▁1", DRAFTED, "p=.81"),
+                ("2", DRAFTED, "p=.40"),
+            ],
+        ),
         _label(10, 200, "3 · verify (AR, B = 1)", "one forward: [drafts | masks]"),
-        _cells(x0, 182, [("17", pale(blue, 0.5), ""), ("▁-", pale(blue, 0.5), ""), ("▁6", DRAFTED, "q=.95"), ("▁=", DRAFTED, "q=.99"), ("▁1", DRAFTED, "q=.90"), ("2", DRAFTED, "q=.02")]),
+        _cells(
+            x0,
+            182,
+            [
+                ("17", pale(blue, 0.5), ""),
+                ("▁-", pale(blue, 0.5), ""),
+                ("▁6", DRAFTED, "q=.95"),
+                ("▁=", DRAFTED, "q=.99"),
+                ("▁1", DRAFTED, "q=.90"),
+                ("2", DRAFTED, "q=.02"),
+            ],
+        ),
         _label(10, 280, "4 · accept or resample", "u < q/p, first rejection resampled"),
-        _cells(x0, 262, [("17", pale(blue, 0.5), ""), ("▁-", pale(blue, 0.5), ""), ("▁6", pale(green, 0.5), "accept"), ("▁=", pale(green, 0.5), "accept"), ("▁1", pale(green, 0.5), "accept"), ("1", pale(red, 0.45), "(q−p)+")]),
+        _cells(
+            x0,
+            262,
+            [
+                ("17", pale(blue, 0.5), ""),
+                ("▁-", pale(blue, 0.5), ""),
+                ("▁6", pale(green, 0.5), "accept"),
+                ("▁=", pale(green, 0.5), "accept"),
+                ("▁1", pale(green, 0.5), "accept"),
+                ("1", pale(red, 0.45), "(q−p)+"),
+            ],
+        ),
     ]
     arrows = "".join(
         f'<line x1="{x0 + 3 * (CELL + GAP)}" y1="{y}" x2="{x0 + 3 * (CELL + GAP)}" y2="{y + 22}" stroke="#94a3b8" stroke-width="2" marker-end="url(#arrow)"/>'
@@ -55,11 +94,7 @@ def diagram_svg() -> str:
     return (
         f'<svg viewBox="0 0 {width} 330" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="One S2D2 step">'
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="5" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
-        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#94a3b8"/></marker></defs>'
-        + "".join(rows)
-        + arrows
-        + note
-        + "</svg>"
+        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#94a3b8"/></marker></defs>' + "".join(rows) + arrows + note + "</svg>"
     )
 
 

@@ -13,7 +13,16 @@ from plotly.subplots import make_subplots
 
 from s2d2.trace import FORWARD_KINDS, OUTCOMES, Trace
 
-from .palette import DRAFTED, KIND_COLORS, OUTCOME_COLORS, OUTCOME_LABELS, RUN_COLORS, display_outcome, pale
+from .palette import (
+    DRAFTED,
+    KIND_COLORS,
+    OUTCOME_COLORS,
+    OUTCOME_LABELS,
+    RUN_COLORS,
+    display_outcome,
+    pale,
+)
+from .tokens import short_token
 
 FONT = dict(family="Inter, system-ui, sans-serif", size=12, color="#1e293b")
 MAX_SLIDER_STEPS = 160
@@ -35,7 +44,9 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
 def empty_figure(message: str, height: int = 260) -> go.Figure:
     """A blank figure that says why it is blank."""
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font=dict(size=14, color="#64748b"), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(
+        text=message, showarrow=False, font=dict(size=14, color="#64748b"), x=0.5, y=0.5, xref="paper", yref="paper"
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _layout(fig, "", height)
@@ -69,7 +80,7 @@ def trajectory_grid(trace: Trace) -> tuple[list[list[float | None]], list[list[s
     n = len(trace.output_ids)
     committed: dict[int, str] = {}
     z, hover, labels = [], [], []
-    for index, step in enumerate(trace.steps):
+    for step in trace.steps:
         row: list[float | None] = [None] * n
         text = [""] * n
         for position, outcome in committed.items():
@@ -103,10 +114,10 @@ def _sequence_at(trace: Trace, upto: int) -> tuple[list[float | None], list[str]
                 continue
             if p.outcome:
                 z[p.position] = CATEGORIES.index(p.outcome if index == upto else f"earlier:{p.outcome}")
-                text[p.position] = trace.text_of(p.committed)
+                text[p.position] = short_token(trace.text_of(p.committed))
             elif index == upto:
                 z[p.position] = 0
-                text[p.position] = trace.text_of(p.token)
+                text[p.position] = short_token(trace.text_of(p.token))
     return z, text
 
 
@@ -126,31 +137,87 @@ def trajectory_figure(trace: Trace, title: str) -> go.Figure:
     scale = _discrete_colorscale(colors)
     zmax = len(CATEGORIES) - 1
     grid_height = min(560, max(160, 14 * steps))
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.04, row_heights=[70 / (70 + grid_height), grid_height / (70 + grid_height)])
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.04,
+        row_heights=[70 / (70 + grid_height), grid_height / (70 + grid_height)],
+    )
     strip_z, strip_text = _sequence_at(trace, steps - 1)
     common = dict(colorscale=scale, zmin=-0.5, zmax=zmax + 0.5, showscale=False, xgap=1, ygap=1)
     fig.add_trace(
-        go.Heatmap(z=[strip_z], text=[strip_text], texttemplate="%{text}", textfont=dict(size=10), hovertemplate="%{text}<extra></extra>", name="sequence", **common),
+        go.Heatmap(
+            z=[strip_z],
+            text=[strip_text],
+            texttemplate="%{text}",
+            textfont=dict(size=10),
+            hovertemplate="%{text}<extra></extra>",
+            name="sequence",
+            **common,
+        ),
         row=1,
         col=1,
     )
     fig.add_trace(
-        go.Heatmap(z=z, text=hover, x=list(range(n)), y=list(range(steps)), hovertemplate="%{text}<extra></extra>", name="steps", **common),
+        go.Heatmap(
+            z=z,
+            text=hover,
+            x=list(range(n)),
+            y=list(range(steps)),
+            hovertemplate="%{text}<extra></extra>",
+            name="steps",
+            **common,
+        ),
         row=2,
         col=1,
     )
     for category, color in zip(CATEGORIES[: 1 + len(OUTCOMES)], colors):
         if category != "drafted" and not any(p.outcome == category for s in trace.steps for p in s.positions):
             continue
-        label = "drafted, not committed" if category == "drafted" else OUTCOME_LABELS[display_outcome(trace.method, category)]
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker=dict(size=11, color=color, symbol="square"), name=label, showlegend=True))
+        label = (
+            "drafted, not committed"
+            if category == "drafted"
+            else OUTCOME_LABELS[display_outcome(trace.method, category)]
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker=dict(size=11, color=color, symbol="square"),
+                name=label,
+                showlegend=True,
+            )
+        )
     boundaries = sorted({s.block_start for s in trace.steps if 0 < s.block_start < n})
     for b in boundaries:
         fig.add_vline(x=b - 0.5, line=dict(color="#0f172a", width=1, dash="dot"), row=2, col=1)
-    curtain = dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=n - 0.5, y0=steps - 0.5, y1=steps - 0.5, fillcolor="white", opacity=0.88, line=dict(width=0), layer="above")
+    curtain = dict(
+        type="rect",
+        xref="x2",
+        yref="y2",
+        x0=-0.5,
+        x1=n - 0.5,
+        y0=steps - 0.5,
+        y1=steps - 0.5,
+        fillcolor="white",
+        opacity=0.88,
+        line=dict(width=0),
+        layer="above",
+    )
     fig.update_layout(shapes=list(fig.layout.shapes) + [curtain])
     curtain_index = len(fig.layout.shapes) - 1
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(steps)), ticktext=labels, title_text="step", row=2, col=1, showgrid=False)
+    fig.update_yaxes(
+        autorange="reversed",
+        tickmode="array",
+        tickvals=list(range(steps)),
+        ticktext=labels,
+        title_text="step",
+        row=2,
+        col=1,
+        showgrid=False,
+    )
     if steps > 30:
         stride = math.ceil(steps / 30)
         fig.update_yaxes(tickvals=list(range(0, steps, stride)), ticktext=labels[::stride], row=2, col=1)
@@ -167,7 +234,11 @@ def trajectory_figure(trace: Trace, title: str) -> go.Figure:
 
 def _replay_slider(trace: Trace, curtain_index: int, n: int, steps: int) -> dict:
     """Slider steps that restyle the sequence strip and move the curtain."""
-    shown = range(steps) if steps <= MAX_SLIDER_STEPS else sorted({round(i * (steps - 1) / (MAX_SLIDER_STEPS - 1)) for i in range(MAX_SLIDER_STEPS)})
+    shown = (
+        range(steps)
+        if steps <= MAX_SLIDER_STEPS
+        else sorted({round(i * (steps - 1) / (MAX_SLIDER_STEPS - 1)) for i in range(MAX_SLIDER_STEPS)})
+    )
     slider_steps = []
     for k in shown:
         strip_z, strip_text = _sequence_at(trace, k)
@@ -210,7 +281,9 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
     n = len(trace.output_ids)
     verified = [s for s in trace.steps if any(p.q is not None for p in s.positions)]
     if not verified or n == 0:
-        return empty_figure("No verification happened in this run (the router skipped every step, or this is not S2D2).")
+        return empty_figure(
+            "No verification happened in this run (the router skipped every step, or this is not S2D2)."
+        )
     energy = [[None] * n for _ in verified]
     mass = [[None] * n for _ in verified]
     hover = [[""] * n for _ in verified]
@@ -221,7 +294,9 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
                 continue
             energy[row][p.position] = p.energy
             mass[row][p.position] = p.residual_mass
-            status = {"accepted": "accepted", "resampled": "rejected → resampled"}.get(p.outcome or "", "not reached (after a rejection)")
+            status = {"accepted": "accepted", "resampled": "rejected → resampled"}.get(
+                p.outcome or "", "not reached (after a rejection)"
+            )
             hover[row][p.position] = (
                 f"pos {p.position} draft {trace.text_of(p.token)!r}<br>p={p.p:.3f} q={p.q:.3f} ratio={p.ratio:.2f}<br>"
                 f"e={p.energy:+.2f}  mass={p.residual_mass:.2f}<br>{status}"
@@ -231,24 +306,67 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
                 rejected_y.append(row)
     bound = max(1.0, max((abs(e) for r in energy for e in r if e is not None), default=1.0))
     labels = [f"b{s.block}·s{s.step}" for s in verified]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.09, subplot_titles=("residual energy e = log p − log q", "residual mass Σ(q − p)+"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.62, 0.38],
+        horizontal_spacing=0.09,
+        subplot_titles=("residual energy e = log p − log q", "residual mass Σ(q − p)+"),
+    )
     fig.add_trace(
-        go.Heatmap(z=energy, text=hover, hovertemplate="%{text}<extra></extra>", colorscale="RdBu_r", zmid=0, zmin=-bound, zmax=bound, xgap=1, ygap=1, colorbar=dict(title="e", x=0.56, len=0.9, thickness=12)),
+        go.Heatmap(
+            z=energy,
+            text=hover,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale="RdBu_r",
+            zmid=0,
+            zmin=-bound,
+            zmax=bound,
+            xgap=1,
+            ygap=1,
+            colorbar=dict(title="e", x=0.56, len=0.9, thickness=12),
+        ),
         row=1,
         col=1,
     )
     fig.add_trace(
-        go.Heatmap(z=mass, text=hover, hovertemplate="%{text}<extra></extra>", colorscale="Oranges", zmin=0, zmax=1, xgap=1, ygap=1, colorbar=dict(title="mass", x=1.0, len=0.9, thickness=12)),
+        go.Heatmap(
+            z=mass,
+            text=hover,
+            hovertemplate="%{text}<extra></extra>",
+            colorscale="Oranges",
+            zmin=0,
+            zmax=1,
+            xgap=1,
+            ygap=1,
+            colorbar=dict(title="mass", x=1.0, len=0.9, thickness=12),
+        ),
         row=1,
         col=2,
     )
     for col in (1, 2):
         fig.add_trace(
-            go.Scatter(x=rejected_x, y=rejected_y, mode="markers", marker=dict(symbol="x-thin", size=12, line=dict(width=2.5, color="#0f172a")), name="rejected draft", showlegend=col == 1, hoverinfo="skip"),
+            go.Scatter(
+                x=rejected_x,
+                y=rejected_y,
+                mode="markers",
+                marker=dict(symbol="x-thin", size=12, line=dict(width=2.5, color="#0f172a")),
+                name="rejected draft",
+                showlegend=col == 1,
+                hoverinfo="skip",
+            ),
             row=1,
             col=col,
         )
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(len(verified))), ticktext=labels, title_text="verification", row=1, col=1)
+    fig.update_yaxes(
+        autorange="reversed",
+        tickmode="array",
+        tickvals=list(range(len(verified))),
+        ticktext=labels,
+        title_text="verification",
+        row=1,
+        col=1,
+    )
     fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
     fig.update_xaxes(title_text="generated position", range=[-0.5, n - 0.5])
     fig.update_layout(legend=dict(orientation="h", y=-0.18, x=0))
@@ -267,13 +385,56 @@ def router_figure(trace: Trace) -> go.Figure:
     labels = [f"b{s.block}·s{s.step}" for _, s in routed]
     routes = [s.route for _, s in routed]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.07)
-    fig.add_trace(go.Scatter(x=x, y=[r.expected_accepted for r in routes], mode="lines+markers", name="E[K] expected accepted", line=dict(color="#0ea5e9"), customdata=labels, hovertemplate="%{customdata}: E[K]=%{y:.2f}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=[r.span_length for r in routes], name="span length", marker_color="#cbd5e1", opacity=0.6, customdata=labels, hovertemplate="%{customdata}: span %{y}<extra></extra>"), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[r.expected_accepted for r in routes],
+            mode="lines+markers",
+            name="E[K] expected accepted",
+            line=dict(color="#0ea5e9"),
+            customdata=labels,
+            hovertemplate="%{customdata}: E[K]=%{y:.2f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=[r.span_length for r in routes],
+            name="span length",
+            marker_color="#cbd5e1",
+            opacity=0.6,
+            customdata=labels,
+            hovertemplate="%{customdata}: span %{y}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
     if any(r.score is not None for r in routes):
-        fig.add_trace(go.Scatter(x=x, y=[r.score for r in routes], mode="lines+markers", name="score s", line=dict(color="#f59e0b"), customdata=labels, hovertemplate="%{customdata}: s=%{y:.2f}<extra></extra>"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[r.score for r in routes],
+                mode="lines+markers",
+                name="score s",
+                line=dict(color="#f59e0b"),
+                customdata=labels,
+                hovertemplate="%{customdata}: s=%{y:.2f}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
     for name, value in routes[0].thresholds.items():
         label = f"{name.replace('tau_', 'τ_')} = {value:g}"
-        fig.add_hline(y=value, line=dict(dash="dash", color="#475569", width=1), annotation_text=label, annotation_position="top left", row=1, col=1)
+        fig.add_hline(
+            y=value,
+            line=dict(dash="dash", color="#475569", width=1),
+            annotation_text=label,
+            annotation_position="top left",
+            row=1,
+            col=1,
+        )
     n = len(trace.output_ids)
     committed = [sum(p.position < n for p in s.committed) for _, s in routed]
     fig.add_trace(
@@ -282,7 +443,9 @@ def router_figure(trace: Trace) -> go.Figure:
             y=committed,
             marker_color=["#16a34a" if r.verify else "#94a3b8" for r in routes],
             name="tokens committed (green: verified, grey: skipped)",
-            customdata=[[lbl, "verify" if r.verify else "skip", r.state or "—", r.n_high] for lbl, r in zip(labels, routes)],
+            customdata=[
+                [lbl, "verify" if r.verify else "skip", r.state or "—", r.n_high] for lbl, r in zip(labels, routes)
+            ],
             hovertemplate="%{customdata[0]}: %{customdata[1]}, %{y} committed<br>hysteresis state %{customdata[2]}<br>n_high %{customdata[3]}<extra></extra>",
         ),
         row=2,
@@ -305,11 +468,23 @@ def router_figure(trace: Trace) -> go.Figure:
 def cost_figure(runs: dict[str, Trace]) -> go.Figure:
     """Forwards by kind and decode wall time, one bar per run."""
     names = list(runs)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("forwards by kind (NFE)", "decode wall time (s)"), horizontal_spacing=0.12)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("forwards by kind (NFE)", "decode wall time (s)"), horizontal_spacing=0.12
+    )
     for kind in FORWARD_KINDS:
         counts = [runs[n].summary.nfe_by_kind[kind] for n in names]
         if any(counts):
-            fig.add_trace(go.Bar(x=names, y=counts, name=kind, marker_color=KIND_COLORS[kind], hovertemplate=f"{kind}: %{{y}}<extra></extra>"), row=1, col=1)
+            fig.add_trace(
+                go.Bar(
+                    x=names,
+                    y=counts,
+                    name=kind,
+                    marker_color=KIND_COLORS[kind],
+                    hovertemplate=f"{kind}: %{{y}}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
     fig.add_trace(
         go.Bar(
             x=names,
@@ -324,7 +499,19 @@ def cost_figure(runs: dict[str, Trace]) -> go.Figure:
         col=2,
     )
     totals = [runs[n].summary.nfe for n in names]
-    fig.add_trace(go.Scatter(x=names, y=totals, mode="text", text=[str(t) for t in totals], textposition="top center", showlegend=False, hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=names,
+            y=totals,
+            mode="text",
+            text=[str(t) for t in totals],
+            textposition="top center",
+            showlegend=False,
+            hoverinfo="skip",
+        ),
+        row=1,
+        col=1,
+    )
     fig.update_layout(barmode="stack", legend=dict(orientation="h", y=-0.15, x=0))
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(range=[0, max(totals) * 1.18 + 1], row=1, col=1)

@@ -8,8 +8,8 @@ what verification did.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from s2d2.config import DecodeConfig, VerifyConfig
 from s2d2.decode import generate
@@ -27,8 +27,10 @@ class Settings:
 
     baseline_method: str = "dynamic"
     block_length: int = 16
+    sub_block_length: int = 0
     steps: int = 16
     threshold: float = 0.5
+    edit_threshold: float | None = None
     policy: str = "score"
     score: str = "static"
     c: float = 0.0
@@ -50,7 +52,13 @@ def build_configs(s: Settings) -> dict[str, DecodeConfig]:
     """The three runs' configurations; raises ``ValueError`` on impossible settings."""
     sampling = SamplingConfig(temperature=float(s.temperature), top_p=float(s.top_p))
     shared = dict(sampling=sampling, seed=int(s.seed), max_new_tokens=int(s.max_new_tokens))
-    layout = dict(block_length=int(s.block_length), steps=int(s.steps), threshold=float(s.threshold))
+    layout = dict(
+        block_length=int(s.block_length),
+        sub_block_length=int(s.sub_block_length) or None,
+        steps=int(s.steps),
+        threshold=float(s.threshold),
+        edit_threshold=None if s.edit_threshold in (None, "") else float(s.edit_threshold),
+    )
     verify = VerifyConfig(
         policy=s.policy,
         score=s.score,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from s2d2.trace import PositionRecord, Trace
+from s2d2.trace import EditRecord, PositionRecord, Trace
 
 from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome
 
@@ -19,6 +19,11 @@ def commit_records(trace: Trace) -> dict[int, tuple[int, int, PositionRecord]]:
     return found
 
 
+def final_edits(trace: Trace) -> dict[int, tuple[int, EditRecord]]:
+    """For each edited position: ``(global step, last edit)``."""
+    return {e.position: (index, e) for index, step in enumerate(trace.steps) for e in step.edits}
+
+
 def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "—" if value is None else format(value, spec)
 
@@ -27,12 +32,24 @@ def token_tooltip(trace: Trace, step_index: int, block: int, p: PositionRecord) 
     lines = [
         f"position {p.position} · block {block} · step {step_index}",
         OUTCOME_LABELS[display_outcome(trace.method, p.outcome)],
-        f"drafted {trace.text_of(p.token)!r}" + ("" if p.committed == p.token else f" → committed {trace.text_of(p.committed)!r}"),
+        f"drafted {trace.text_of(p.token)!r}"
+        + ("" if p.committed == p.token else f" → committed {trace.text_of(p.committed)!r}"),
         f"p (drafter) {_fmt(p.p)}",
     ]
     if p.q is not None:
-        lines += [f"q (verifier) {_fmt(p.q)}", f"ratio q/p {_fmt(p.ratio)}", f"residual energy e {_fmt(p.energy, '+.3f')}"]
+        lines += [
+            f"q (verifier) {_fmt(p.q)}",
+            f"ratio q/p {_fmt(p.ratio)}",
+            f"residual energy e {_fmt(p.energy, '+.3f')}",
+        ]
     return "\n".join(lines)
+
+
+def short_token(text: str) -> str:
+    """Special tokens like ``<|endoftext|>`` shown as ``⟨endoftext⟩``: readable, and narrow."""
+    if text.startswith("<|") and text.endswith("|>"):
+        return f"⟨{text[2:-2]}⟩"
+    return text
 
 
 def _split_space(token: str) -> tuple[str, str]:
@@ -46,15 +63,22 @@ def _split_space(token: str) -> tuple[str, str]:
 def tokens_html(trace: Trace) -> str:
     """The generated text as coloured ``<span>`` tokens with native hover tooltips."""
     commits = commit_records(trace)
+    edits = final_edits(trace)
     spans = []
     for position, token in enumerate(trace.output_tokens):
         if position not in commits:
             continue
         step_index, block, record = commits[position]
         outcome = display_outcome(trace.method, record.outcome)
-        title = html.escape(token_tooltip(trace, step_index, block, record), quote=True)
-        space, body = _split_space(token)
-        spans.append(f'{space}<span class="tok tok-{outcome}" title="{title}">{html.escape(body)}</span>')
+        tooltip = token_tooltip(trace, step_index, block, record)
+        edited = ""
+        if position in edits:
+            edit_step, edit = edits[position]
+            tooltip += f"\nedited at step {edit_step}: {trace.text_of(edit.old)!r} → {trace.text_of(edit.new)!r} (confidence {edit.confidence:.3f})"
+            edited = " tok-edited"
+        title = html.escape(tooltip, quote=True)
+        space, body = _split_space(short_token(token))
+        spans.append(f'{space}<span class="tok tok-{outcome}{edited}" title="{title}">{html.escape(body)}</span>')
     stop = "" if trace.stop_reason == "stop_token" else ' <span class="tok-cut">… (max new tokens)</span>'
     return f'<div class="tokens">{"".join(spans)}{stop}</div>'
 
@@ -64,4 +88,5 @@ def legend_html(outcomes=tuple(OUTCOME_LABELS)) -> str:
         f'<span class="legend-item"><span class="swatch" style="background:{OUTCOME_COLORS[o]}"></span>{html.escape(OUTCOME_LABELS[o])}</span>'
         for o in outcomes
     )
+    items += '<span class="legend-item"><span class="swatch swatch-edited"></span>edited later (τ_edit)</span>'
     return f'<div class="legend">{items}</div>'

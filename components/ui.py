@@ -15,16 +15,24 @@ from pathlib import Path
 
 import gradio as gr
 
-from s2d2.config import PRESETS
+from s2d2.config import PRESETS, preset_config
 from s2d2.decode import DecodeCancelled
 from s2d2.models import DEFAULT_MODEL
 from s2d2.policies import ESTIMATORS, POLICIES, SCORE_TYPES
 
 from .bundle import bundle_json, load_bundle
-from .runner import RUN_NAMES, ModelCache, Settings, build_configs, check_prompt, run_all
+from .runner import (
+    RUN_NAMES,
+    ModelCache,
+    Settings,
+    build_configs,
+    check_prompt,
+    run_all,
+)
 from .views import build_views
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
+DEMO_COMPARISON = ASSETS / "demo_comparison.json"
 BUNDLED_LABEL = "bundled 4.8M (CPU, offline)"
 MODELS = ModelCache()
 _CANCELS: dict[str, threading.Event] = {}
@@ -35,7 +43,9 @@ def model_choices() -> list[tuple[str, str]]:
     from s2d2.models.catalog import MODEL_CATALOG
 
     choices = [(BUNDLED_LABEL, DEFAULT_MODEL)]
-    choices += [(f"{m.hub_id} ({m.parameters_billion:g}B, {m.bf16_gb:.0f} GB bf16, GPU)", m.hub_id) for m in MODEL_CATALOG]
+    choices += [
+        (f"{m.hub_id} ({m.parameters_billion:g}B, {m.bf16_gb:.0f} GB bf16, GPU)", m.hub_id) for m in MODEL_CATALOG
+    ]
     return choices
 
 
@@ -52,8 +62,10 @@ class SettingsPanel:
 
     baseline_method: gr.Radio
     block_length: gr.Slider
+    sub_block_length: gr.Slider
     steps: gr.Slider
     threshold: gr.Slider
+    edit_threshold: gr.Number
     policy: gr.Dropdown
     score: gr.Radio
     c: gr.Number
@@ -86,15 +98,44 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
     with gr.Row(equal_height=False):
         with gr.Column(min_width=260):
             gr.Markdown("**Baseline** — block diffusion with a confidence rule. S2D2 uses the same blocks and rule.")
-            baseline_method = gr.Radio(["dynamic", "static"], value=d.baseline_method, label="Baseline rule", info="dynamic: commit every draft with confidence > τ; static: a fixed count per step")
+            baseline_method = gr.Radio(
+                ["dynamic", "static"],
+                value=d.baseline_method,
+                label="Baseline rule",
+                info="dynamic: commit every draft with confidence > τ; static: a fixed count per step",
+            )
             block_length = gr.Slider(1, 32, value=d.block_length, step=1, label="Block length B")
-            steps = gr.Slider(1, 32, value=d.steps, step=1, label="Steps per block", info="static commits B / steps tokens per step")
+            sub_block_length = gr.Slider(
+                0,
+                32,
+                value=d.sub_block_length,
+                step=1,
+                label="Sub-block length",
+                info="0 = the whole block; Fast-dLLM v2 decodes 32-token blocks in sub-blocks",
+            )
+            steps = gr.Slider(
+                1,
+                32,
+                value=d.steps,
+                step=1,
+                label="Steps per (sub-)block",
+                info="static commits B / steps tokens per step",
+            )
             threshold = gr.Slider(0.0, 1.0, value=d.threshold, step=0.05, label="Confidence threshold τ")
+            edit_threshold = gr.Number(
+                value=d.edit_threshold,
+                minimum=0,
+                maximum=1,
+                label="Edit threshold τ_edit (empty = no editing)",
+                info="LLaDA2.x: rewrite a committed token when a later draft is this confident",
+            )
         with gr.Column(min_width=260):
             gr.Markdown("**S2D2 verifier** — when to verify, and how drafts are accepted.")
             policy = gr.Dropdown(list(POLICIES), value=d.policy, label="Routing policy")
             with gr.Row():
-                score = gr.Radio(list(SCORE_TYPES), value=d.score, label="Score", info="static: E[K] − c; dynamic: E[K] − c·n_high")
+                score = gr.Radio(
+                    list(SCORE_TYPES), value=d.score, label="Score", info="static: E[K] − c; dynamic: E[K] − c·n_high"
+                )
                 c = gr.Number(value=d.c, label="c (penalty)")
             with gr.Row():
                 tau_score = gr.Number(value=d.tau_score, label="τ_score")
@@ -102,40 +143,52 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
                 tau_off = gr.Number(value=d.tau_off, label="τ_off")
             tau_span = gr.Slider(1, 32, value=d.tau_span, step=1, label="τ_span (minimum span)")
             estimator = gr.Dropdown(list(ESTIMATORS), value=d.estimator, label="Acceptance estimator")
-            acceptance = gr.Radio(["stochastic", "greedy"], value=d.acceptance, label="Acceptance", info="stochastic: min(1, q/p) as in the paper; greedy: exact AR argmax")
+            acceptance = gr.Radio(
+                ["stochastic", "greedy"],
+                value=d.acceptance,
+                label="Acceptance",
+                info="stochastic: min(1, q/p) as in the paper; greedy: exact AR argmax",
+            )
             with gr.Row():
                 cache_ver = gr.Checkbox(value=d.cache_ver, label="cache_ver (causal KV)")
                 draft_ver = gr.Checkbox(value=d.draft_ver, label="draft_ver")
         with gr.Column(min_width=220):
             gr.Markdown("**Sampling** — shared by all three runs, same seed.")
-            temperature = gr.Slider(0.0, 2.0, value=d.temperature, step=0.05, label="Temperature", info="0 = greedy drafts")
+            temperature = gr.Slider(
+                0.0, 2.0, value=d.temperature, step=0.05, label="Temperature", info="0 = greedy drafts"
+            )
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="Top-p")
             seed = gr.Number(value=d.seed, precision=0, label="Seed")
             max_new_tokens = gr.Slider(8, 192, value=d.max_new_tokens, step=8, label="Max new tokens")
     panel = SettingsPanel(
-        baseline_method, block_length, steps, threshold, policy, score, c, tau_score, tau_on, tau_off, tau_span,
+        baseline_method, block_length, sub_block_length, steps, threshold, edit_threshold, policy, score, c, tau_score, tau_on, tau_off, tau_span,
         estimator, acceptance, cache_ver, draft_ver, temperature, top_p, seed, max_new_tokens,
     )  # fmt: skip
     return preset, panel
 
 
 def apply_preset(name: str) -> list:
-    """Settings updates for a preset (``custom`` changes nothing)."""
+    """Settings updates for a preset (``custom`` changes nothing); sampling stays as it is."""
     keys = [f.name for f in fields(Settings)]
     if name not in PRESETS:
         return [gr.update() for _ in keys]
-    p = PRESETS[name].settings
-    verify = p.get("verify", {})
+    c = preset_config(name)
+    v = c.verify
     values = {
-        "baseline_method": p.get("s2d2_rule", "dynamic"),
-        "block_length": p.get("block_length"),
-        "steps": p.get("steps", p.get("block_length")),
-        "threshold": p.get("threshold"),
-        "cache_ver": p.get("cache_ver", False),
-        "draft_ver": p.get("draft_ver", False),
-        **{k: verify[k] for k in ("policy", "score", "c", "tau_score", "tau_on", "tau_off", "tau_span") if k in verify},
+        "baseline_method": c.s2d2_rule,
+        "block_length": c.block_length,
+        "sub_block_length": 0 if c.sub_block_length == c.block_length else c.sub_block_length,
+        "steps": c.steps,
+        "threshold": c.threshold,
+        "edit_threshold": c.edit_threshold,
+        "cache_ver": c.cache_ver,
+        "draft_ver": c.draft_ver,
+        **{
+            k: getattr(v, k)
+            for k in ("policy", "score", "c", "tau_score", "tau_on", "tau_off", "tau_span", "estimator", "acceptance")
+        },
     }
-    return [gr.update(value=values[k]) if values.get(k) is not None else gr.update() for k in keys]
+    return [gr.update(value=values[k]) if k in values else gr.update() for k in keys]
 
 
 # -- results -------------------------------------------------------------------
@@ -153,7 +206,16 @@ class Results:
     table: gr.Dataframe
 
     def components(self) -> list:
-        return [self.headline, *self.texts.values(), self.trajectory_baseline, self.trajectory_s2d2, self.energy, self.router, self.cost, self.table]
+        return [
+            self.headline,
+            *self.texts.values(),
+            self.trajectory_baseline,
+            self.trajectory_s2d2,
+            self.energy,
+            self.router,
+            self.cost,
+            self.table,
+        ]
 
 
 def results_area() -> Results:
@@ -185,7 +247,16 @@ def results_area() -> Results:
 def render(traces: dict) -> list:
     """Values for :meth:`Results.components`, in order."""
     v = build_views(traces)
-    return [v.headline, *(v.texts[n] for n in RUN_NAMES), v.trajectory_baseline, v.trajectory_s2d2, v.energy, v.router, v.cost, v.table]
+    return [
+        v.headline,
+        *(v.texts[n] for n in RUN_NAMES),
+        v.trajectory_baseline,
+        v.trajectory_s2d2,
+        v.energy,
+        v.router,
+        v.cost,
+        v.table,
+    ]
 
 
 def status_html(message: str, kind: str = "info") -> str:
@@ -244,4 +315,14 @@ def replay(file) -> list:
         traces = load_bundle(Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as err:
         return [status_html(f"Cannot replay this file: {html.escape(str(err))}", "error"), *keep]
-    return [status_html(f"Replaying a saved comparison ({', '.join(traces)}): no model was run.", "info"), *render(traces)]
+    return [
+        status_html(f"Replaying a saved comparison ({', '.join(traces)}): no model was run.", "info"),
+        *render(traces),
+    ]
+
+
+def startup() -> list:
+    """Open on a saved comparison of the first example: the page is never empty and costs no compute."""
+    status, *views = replay(str(DEMO_COMPARISON))
+    note = "Showing a saved run of the first example (no model was run). Pick a prompt and press Run to decode live."
+    return [status_html(note, "info"), *views]

@@ -10,7 +10,13 @@ import plotly.graph_objects as go
 
 from s2d2.trace import Trace
 
-from .figures import cost_figure, empty_figure, residual_energy_figure, router_figure, trajectory_figure
+from .figures import (
+    cost_figure,
+    empty_figure,
+    residual_energy_figure,
+    router_figure,
+    trajectory_figure,
+)
 from .tables import stats_table
 from .tokens import tokens_html
 
@@ -37,7 +43,9 @@ def headline_html(runs: dict[str, Trace]) -> str:
     if s2d2 is None:
         return ""
     s = s2d2.summary
-    parts = [f"<b>S2D2</b> wrote {s.generated_tokens} tokens in <b>{s.nfe} forwards</b> ({s.tpf:.2f} tokens per forward)"]
+    parts = [
+        f"<b>S2D2</b> wrote {s.generated_tokens} tokens in <b>{s.nfe} forwards</b> ({s.tpf:.2f} tokens per forward)"
+    ]
     if ar:
         parts.append(
             f"<b>{_times(s.tpf, ar.summary.tpf)}</b> fewer forwards per token than AR "

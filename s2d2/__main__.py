@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--steps", type=int, help="denoising steps per (sub-)block (default: its length)")
     gen.add_argument("--threshold", type=float, help="confidence threshold τ of the dynamic rule")
     gen.add_argument("--rule", choices=("static", "dynamic"), help="S2D2's diffusion rule when it skips verification")
-    gen.add_argument("--edit-threshold", type=float, help="τ_edit: rewrite committed tokens above this confidence (LLaDA2)")
+    gen.add_argument(
+        "--edit-threshold", type=float, help="τ_edit: rewrite committed tokens above this confidence (LLaDA2)"
+    )
     gen.add_argument("--max-post-steps", type=int, help="editing-only passes after a block is full")
     gen.add_argument("--max-new-tokens", type=int)
     gen.add_argument("--seed", type=int)
@@ -100,7 +102,9 @@ def run_generate(args: argparse.Namespace) -> int:
     from .models import DEFAULT_MODEL, load_model
 
     config = config_from_args(args)
-    model = load_model(args.model or DEFAULT_MODEL, device=args.device, announce=lambda line: print(line, file=sys.stderr))
+    model = load_model(
+        args.model or DEFAULT_MODEL, device=args.device, announce=lambda line: print(line, file=sys.stderr)
+    )
     trace = generate(model, args.prompt, config)
     s = trace.summary
     if args.json:

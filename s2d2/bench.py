@@ -34,7 +34,13 @@ from pathlib import Path
 import torch
 
 from .config import DecodeConfig, preset_config
-from .evaluate import ProblemResult, heldout_problems, run_problem, summarize_method, warm_up
+from .evaluate import (
+    ProblemResult,
+    heldout_problems,
+    run_problem,
+    summarize_method,
+    warm_up,
+)
 from .models import DEFAULT_MODEL, load_model
 from .tasks import families
 
@@ -78,7 +84,9 @@ def parallel_state():
     return state.process_index, state.num_processes, state.wait_for_everyone
 
 
-def run_shard(model, grid: dict[str, DecodeConfig], problems, rank: int, world: int, repeats: int, progress) -> list[ProblemResult]:
+def run_shard(
+    model, grid: dict[str, DecodeConfig], problems, rank: int, world: int, repeats: int, progress
+) -> list[ProblemResult]:
     """This process's share: every ``world``-th problem, all methods."""
     mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
     results = []
@@ -101,7 +109,9 @@ def summarize(grid: dict[str, DecodeConfig], results: list[ProblemResult]) -> li
     by_method: dict[str, list[ProblemResult]] = {name: [] for name in grid}
     for r in results:
         by_method[r.method].append(r)
-    summaries = {name: summarize_method(name, sorted(rs, key=lambda r: (r.family, r.index))) for name, rs in by_method.items()}
+    summaries = {
+        name: summarize_method(name, sorted(rs, key=lambda r: (r.family, r.index))) for name, rs in by_method.items()
+    }
     ar = summaries.get("AR")
     rows = []
     for name, s in summaries.items():
@@ -148,7 +158,9 @@ def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, fam
     with (out / "runs.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(asdict(results[0])))
         writer.writeheader()
-        writer.writerows(asdict(r) for r in sorted(results, key=lambda r: (list(grid).index(r.method), r.family, r.index)))
+        writer.writerows(
+            asdict(r) for r in sorted(results, key=lambda r: (list(grid).index(r.method), r.family, r.index))
+        )
     rows = summarize(grid, results)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2) + "\n")
     (out / "table.md").write_text(table_markdown(rows, family_names) + "\n")
@@ -160,12 +172,16 @@ def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, fam
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.bench", description="Accuracy–speed study of block-diffusion decoding methods.")
+    parser = argparse.ArgumentParser(
+        prog="python -m s2d2.bench", description="Accuracy–speed study of block-diffusion decoding methods."
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint directory or Hub id")
     parser.add_argument("--problems", type=int, default=500, help="held-out problems per family")
     parser.add_argument("--families", default=",".join(families()))
     parser.add_argument("--grid", choices=GRIDS, default="paper")
-    parser.add_argument("--methods", default="", help="keep only methods whose name contains one of these comma-separated strings")
+    parser.add_argument(
+        "--methods", default="", help="keep only methods whose name contains one of these comma-separated strings"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1, help="timed decodes per problem (median wall time)")
     parser.add_argument("--device", default=None)

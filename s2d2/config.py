@@ -113,11 +113,15 @@ class DecodeConfig:
         if self.sub_block_length is None:
             object.__setattr__(self, "sub_block_length", self.block_length)
         if self.sub_block_length < 1 or self.block_length % self.sub_block_length:
-            raise ValueError(f"sub-block length must divide the block length ({self.block_length}), got {self.sub_block_length}")
+            raise ValueError(
+                f"sub-block length must divide the block length ({self.block_length}), got {self.sub_block_length}"
+            )
         if self.steps is None:
             object.__setattr__(self, "steps", self.sub_block_length)
         if not 1 <= self.steps <= self.sub_block_length:
-            raise ValueError(f"steps must be between 1 and the (sub-)block length ({self.sub_block_length}), got {self.steps}")
+            raise ValueError(
+                f"steps must be between 1 and the (sub-)block length ({self.sub_block_length}), got {self.steps}"
+            )
         _check_unit("threshold τ", self.threshold)
         if self.max_new_tokens < 1:
             raise ValueError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
@@ -138,7 +142,7 @@ class DecodeConfig:
         base, extra = divmod(self.sub_block_length, self.steps)
         return [base + (i < extra) for i in range(self.steps)]
 
-    def replace(self, **changes) -> "DecodeConfig":
+    def replace(self, **changes) -> DecodeConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -146,7 +150,7 @@ class DecodeConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DecodeConfig":
+    def from_dict(cls, data: dict) -> DecodeConfig:
         data = dict(data)
         sampling = SamplingConfig(**data.pop("sampling", {}))
         verify = data.pop("verify", {})
@@ -212,7 +216,14 @@ PRESETS = {
         Preset(
             "min-span",
             "Minimum-span router: B=16, verify only spans of at least 8 masked positions (Fast-dLLM v2 config C).",
-            dict(method="s2d2", block_length=16, steps=16, threshold=0.9, s2d2_rule="dynamic", verify=dict(policy="min_span", tau_span=8)),
+            dict(
+                method="s2d2",
+                block_length=16,
+                steps=16,
+                threshold=0.9,
+                s2d2_rule="dynamic",
+                verify=dict(policy="min_span", tau_span=8),
+            ),
         ),
         Preset(
             "fastdllm-a",

@@ -14,8 +14,8 @@ per step; everything over the vocabulary stays in tensor ops on the device.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -23,7 +23,13 @@ from . import trace as tr
 from .acceptance import verify_drafts
 from .config import DecodeConfig
 from .models.base import BlockDiffusionModel, KVSession
-from .policies import RouteContext, acceptance_estimate, expected_accepted_length, make_policy, normalized_entropy
+from .policies import (
+    RouteContext,
+    acceptance_estimate,
+    expected_accepted_length,
+    make_policy,
+    normalized_entropy,
+)
 from .sampling import logits_to_probs, sample
 
 
@@ -78,12 +84,14 @@ class BlockState:
     tokens: torch.Tensor
 
     @classmethod
-    def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> "BlockState":
+    def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> BlockState:
         tail = prompt_ids[start:]
         host = tail + [mask_id] * (size - len(tail))
         active = [start + i < total for i in range(size)]
         masked = [start + i >= len(prompt_ids) and a for i, a in enumerate(active)]
-        return cls(index, start - len(prompt_ids), host, masked, active, torch.tensor(host, dtype=torch.long, device=device))
+        return cls(
+            index, start - len(prompt_ids), host, masked, active, torch.tensor(host, dtype=torch.long, device=device)
+        )
 
     @property
     def first_generated(self) -> int:
@@ -190,7 +198,11 @@ class Decoder:
         generated = generated[: cfg.max_new_tokens]
         summary = tr.summarize(self.forwards, self.steps, len(generated), wall)
         text_ids = [t for t in generated if t not in stops]
-        seen = sorted({p.token for s in self.steps for p in s.positions} | {p.committed for s in self.steps for p in s.committed} | set(generated))
+        seen = sorted(
+            {p.token for s in self.steps for p in s.positions}
+            | {p.committed for s in self.steps for p in s.committed}
+            | set(generated)
+        )
         token_text = dict(zip(map(str, seen), self.model.token_strings(seen)))
         return tr.Trace(
             method=cfg.method,
@@ -208,7 +220,9 @@ class Decoder:
             token_text=token_text,
         )
 
-    def _decode_block(self, session: KVSession, block: BlockState, pending, stops) -> tuple[torch.Tensor | None, int | None]:
+    def _decode_block(
+        self, session: KVSession, block: BlockState, pending, stops
+    ) -> tuple[torch.Tensor | None, int | None]:
         """Decode one block in place. Returns ``(block to commit next, stop end or None)``.
 
         Sub-blocks are decoded left to right; with an edit threshold, up to
@@ -244,7 +258,9 @@ class Decoder:
             return None, None
         return block.tokens, None
 
-    def _step(self, session: KVSession, block: BlockState, step: int, window_step: int, active: list[bool], pending) -> int:
+    def _step(
+        self, session: KVSession, block: BlockState, step: int, window_step: int, active: list[bool], pending
+    ) -> int:
         """One draft forward and what it commits in the ``active`` positions; returns the edit count."""
         cfg = self.config
         if self.should_stop and self.should_stop():
@@ -261,14 +277,18 @@ class Decoder:
             record.edits = self._edits(draft, block)
             block.set({e.position - block.offset: e.new for e in record.edits})
         positions = {
-            i: tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i]) for i, m in enumerate(active) if m
+            i: tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i])
+            for i, m in enumerate(active)
+            if m
         }
         if positions:
             k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], len(positions))
             if self.policy is None:
                 committed = self._commit_by_rule(draft, active, k_min, positions, tr.THRESHOLD)
             else:
-                committed = self._s2d2_step(session, block.tokens, draft, active, cfg.sub_block_length, k_min, positions, record)
+                committed = self._s2d2_step(
+                    session, block.tokens, draft, active, cfg.sub_block_length, k_min, positions, record
+                )
             block.set(committed)
         record.positions = list(positions.values())
         self.steps.append(record)
@@ -305,7 +325,9 @@ class Decoder:
         confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
         return Draft(probs, tokens, confidence, tokens.tolist(), confidence.tolist())
 
-    def _commit_by_rule(self, draft: Draft, masked: list[bool], k: int, positions: dict, outcome: str) -> dict[int, int]:
+    def _commit_by_rule(
+        self, draft: Draft, masked: list[bool], k: int, positions: dict, outcome: str
+    ) -> dict[int, int]:
         """Commit drafts with the diffusion rule; returns ``{block position: token}``."""
         candidates = [i for i, m in enumerate(masked) if m]
         chosen = rule_commits(draft.confidence_host, candidates, k, self.config.commit_rule, self.config.threshold)
@@ -316,7 +338,9 @@ class Decoder:
 
     # -- S2D2 --------------------------------------------------------------
 
-    def _route_context(self, draft: Draft, masked: list[bool], width: int, span_start: int, span_length: int) -> RouteContext:
+    def _route_context(
+        self, draft: Draft, masked: list[bool], width: int, span_start: int, span_length: int
+    ) -> RouteContext:
         cfg = self.config
         rows = slice(span_start, span_start + span_length)
         alpha = acceptance_estimate(draft.probs[rows], draft.confidence[rows], cfg.verify)
@@ -335,7 +359,9 @@ class Decoder:
             mean_entropy=values[1] if len(values) > 1 else 0.0,
         )
 
-    def _s2d2_step(self, session: KVSession, block, draft: Draft, masked, width, k_min, positions, record) -> dict[int, int]:
+    def _s2d2_step(
+        self, session: KVSession, block, draft: Draft, masked, width, k_min, positions, record
+    ) -> dict[int, int]:
         """Route, verify the first masked span, accept or resample, then fall back if needed.
 
         ``masked`` marks the positions this step may commit (the current
@@ -354,7 +380,9 @@ class Decoder:
         self.policy.observe(route, len(committed))
         return committed
 
-    def _verify(self, session, block, draft: Draft, span_start: int, span_length: int, positions, record) -> dict[int, int]:
+    def _verify(
+        self, session, block, draft: Draft, span_start: int, span_length: int, positions, record
+    ) -> dict[int, int]:
         """One verifier forward over the span; commits the accepted prefix and one correction."""
         cfg = self.config
         rows = slice(span_start, span_start + span_length)

@@ -39,7 +39,9 @@ class ProblemResult:
     output: str
 
 
-def run_problem(model: BlockDiffusionModel, name: str, config: DecodeConfig, problem: Problem, index: int, repeats: int = 1) -> ProblemResult:
+def run_problem(
+    model: BlockDiffusionModel, name: str, config: DecodeConfig, problem: Problem, index: int, repeats: int = 1
+) -> ProblemResult:
     """Decode one problem (seed = its index, so runs are reproducible) and score it.
 
     With ``repeats > 1`` the decode is repeated and the median wall time kept;
@@ -123,7 +125,9 @@ def model_card_methods(max_new_tokens: int = 64) -> dict[str, DecodeConfig]:
         methods[f"dynamic B=16 τ={tau}"] = DecodeConfig(method="dynamic", block_length=16, threshold=tau, **common)
     for name in ("sdar-a", "sdar-b", "hysteresis", "min-span"):
         methods[f"S2D2 {name}"] = preset_config(name, **common)
-    methods["S2D2 ucb B=16"] = DecodeConfig(method="s2d2", block_length=16, threshold=0.9, verify=VerifyConfig(policy="ucb"), **common)
+    methods["S2D2 ucb B=16"] = DecodeConfig(
+        method="s2d2", block_length=16, threshold=0.9, verify=VerifyConfig(policy="ucb"), **common
+    )
     return methods
 
 
@@ -139,7 +143,9 @@ def warm_up(model: BlockDiffusionModel, config: DecodeConfig, problem: Problem) 
     generate(model, problem.prompt, config)
 
 
-def evaluate(model: BlockDiffusionModel, methods: dict[str, DecodeConfig], problems: list[Problem], progress=None) -> dict[str, list[ProblemResult]]:
+def evaluate(
+    model: BlockDiffusionModel, methods: dict[str, DecodeConfig], problems: list[Problem], progress=None
+) -> dict[str, list[ProblemResult]]:
     results = {}
     for name, config in methods.items():
         warm_up(model, config, problems[0])
@@ -152,13 +158,19 @@ def evaluate(model: BlockDiffusionModel, methods: dict[str, DecodeConfig], probl
 
 
 def markdown_table(summaries: list[MethodSummary], families_shown: list[str]) -> str:
-    head = "| method | " + " | ".join(f"{f} acc." for f in families_shown) + " | NFE / problem | tokens / forward | wall s / problem | acceptance |"
+    head = (
+        "| method | "
+        + " | ".join(f"{f} acc." for f in families_shown)
+        + " | NFE / problem | tokens / forward | wall s / problem | acceptance |"
+    )
     rule = "|---|" + "---:|" * (len(families_shown) + 4)
     rows = [head, rule]
     for s in summaries:
         acc = " | ".join(f"{100 * s.accuracy_by_family.get(f, 0):.1f}%" for f in families_shown)
         rate = "—" if s.acceptance_rate is None else f"{100 * s.acceptance_rate:.0f}%"
-        rows.append(f"| {s.method} | {acc} | {s.nfe_per_problem:.1f} | {s.tokens_per_forward:.2f} | {s.wall_per_problem:.3f} | {rate} |")
+        rows.append(
+            f"| {s.method} | {acc} | {s.nfe_per_problem:.1f} | {s.tokens_per_forward:.2f} | {s.wall_per_problem:.3f} | {rate} |"
+        )
     return "\n".join(rows)
 
 

@@ -61,7 +61,9 @@ def draft_mask(
     return allowed
 
 
-def verifier_mask(prefix_length: int, span_start: int, span_length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def verifier_mask(
+    prefix_length: int, span_start: int, span_length: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """The "2L" verifier mask of a position-aligned model (spec section 3, step 4).
 
     Input is ``[block[:prefix_length] with drafts filled | span_length mask tokens]``

@@ -34,7 +34,9 @@ def method_configs(new_tokens: int) -> dict[str, DecodeConfig]:
         "s2d2 sdar-a": preset_config("sdar-a", max_new_tokens=new_tokens),
         "s2d2 sdar-b": preset_config("sdar-b", max_new_tokens=new_tokens),
         "s2d2 hysteresis": preset_config("hysteresis", max_new_tokens=new_tokens),
-        "s2d2 ucb B=16": DecodeConfig(method="s2d2", block_length=16, max_new_tokens=new_tokens, verify=VerifyConfig(policy="ucb")),
+        "s2d2 ucb B=16": DecodeConfig(
+            method="s2d2", block_length=16, max_new_tokens=new_tokens, verify=VerifyConfig(policy="ucb")
+        ),
     }
 
 
@@ -47,7 +49,13 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
 
-    shape = TrainConfig(hidden_size=args.hidden_size, layers=args.layers, intermediate_size=3 * args.hidden_size, max_positions=1024, tokenizer_corpus=2000)
+    shape = TrainConfig(
+        hidden_size=args.hidden_size,
+        layers=args.layers,
+        intermediate_size=3 * args.hidden_size,
+        max_positions=1024,
+        tokenizer_corpus=2000,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(str(write_random_checkpoint(Path(tmp) / "random", shape, init_std=0.15)), device=args.device)
     model.stop_token_ids = []

@@ -74,7 +74,7 @@ class Policy(ABC):
     def decide(self, ctx: RouteContext) -> RouteRecord:
         """Verify or skip this step's span, with the inputs recorded."""
 
-    def observe(self, route: RouteRecord, committed: int) -> None:
+    def observe(self, route: RouteRecord, committed: int) -> None:  # noqa: B027 - a no-op unless the policy learns
         """Reward feedback after the step; only learning policies use it."""
 
     def _record(self, ctx: RouteContext, verify: bool, **extra) -> RouteRecord:
@@ -206,7 +206,9 @@ class UCBPolicy(Policy):
         self.rewards[arm][bucket] += committed / (2 if route.verify else 1)
 
 
-_POLICY_CLASSES = {cls.name: cls for cls in (AlwaysVerify, MinimumSpanPolicy, ScoreThresholdPolicy, HysteresisPolicy, UCBPolicy)}
+_POLICY_CLASSES = {
+    cls.name: cls for cls in (AlwaysVerify, MinimumSpanPolicy, ScoreThresholdPolicy, HysteresisPolicy, UCBPolicy)
+}
 
 
 def make_policy(verify) -> Policy:

@@ -10,9 +10,17 @@ with a chat template; it loads with ``AutoTokenizer``.
 from __future__ import annotations
 
 import string
-from typing import Iterable
+from collections.abc import Iterable
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from transformers import PreTrainedTokenizerFast
 
 MASK = "<|mask|>"

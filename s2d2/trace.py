@@ -156,7 +156,7 @@ class Trace:
             f.write(self.to_json())
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Trace":
+    def from_dict(cls, data: dict) -> Trace:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(f"trace schema version {version!r} is not supported (this build reads {SCHEMA_VERSION})")
@@ -184,7 +184,7 @@ class Trace:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "Trace":
+    def from_json(cls, text: str) -> Trace:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
@@ -194,7 +194,7 @@ class Trace:
         return cls.from_dict(data)
 
     @classmethod
-    def load(cls, path: str) -> "Trace":
+    def load(cls, path: str) -> Trace:
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())
 

@@ -173,7 +173,9 @@ def masked_loss(model, ids, targets, loss_mask, block_length: int) -> torch.Tens
     allowed = masks.training_mask(length, block_length, device)
     attention = masks.additive_mask(allowed, 0, next(model.parameters()).dtype)
     positions = torch.arange(length, device=device).repeat(2)[None].expand(ids.shape[0], -1)
-    hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=False).last_hidden_state
+    hidden = model.model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=False
+    ).last_hidden_state
     picked = hidden[:, :length][loss_mask]
     if picked.shape[0] == 0:
         return hidden.sum() * 0.0
@@ -266,7 +268,12 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", B=block_length)
-        entry = {"step": step, "loss": round(loss.item(), 4), "block_length": block_length, "seconds": round(time.time() - start, 1)}
+        entry = {
+            "step": step,
+            "loss": round(loss.item(), 4),
+            "block_length": block_length,
+            "seconds": round(time.time() - start, 1),
+        }
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             model.eval()
             save_checkpoint(model, tokenizer, config, cfg, checkpoint)
@@ -277,7 +284,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
             )  # fmt: skip
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
                 entry["ar_accuracy"] = evaluate_ar(checkpoint, cfg.eval_problems, device)
-                bar.write(f"step {step}: AR accuracy {entry['ar_accuracy']:.2f} on {cfg.eval_problems} held-out problems")
+                bar.write(
+                    f"step {step}: AR accuracy {entry['ar_accuracy']:.2f} on {cfg.eval_problems} held-out problems"
+                )
             model.train()
         with log_path.open("a") as f:
             f.write(json.dumps(entry) + "\n")

@@ -34,7 +34,9 @@ class AppServer:
             "PYTHONUNBUFFERED": "1",
         }
         self.log = open(log_path, "w")
-        self.process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
 
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.time() + timeout

@@ -13,7 +13,9 @@ import torch
 from s2d2.models import load_model
 from s2d2.train import TrainConfig, write_random_checkpoint
 
-TINY = TrainConfig(hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, max_positions=512, tokenizer_corpus=500)
+TINY = TrainConfig(
+    hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, max_positions=512, tokenizer_corpus=500
+)
 
 
 def write_sdar_checkpoint(path, seed: int = 0) -> str:

@@ -85,7 +85,9 @@ def test_bad_input_gives_a_clear_message_not_a_traceback(client, prompt, changes
 
 
 def test_unknown_model_gives_a_clear_message():
-    status, *_ = ui.run_comparison("nobody/nothing-here", EXAMPLES[0], *astuple(Settings()), progress=lambda *a, **k: None)
+    status, *_ = ui.run_comparison(
+        "nobody/nothing-here", EXAMPLES[0], *astuple(Settings()), progress=lambda *a, **k: None
+    )
     assert "status-error" in status and "cannot load" in status
 
 
@@ -97,7 +99,9 @@ def test_cancel_stops_a_running_decode():
         if "S2D2" in desc or "Baseline" in desc:
             ui.cancel_run(Request())
 
-    status, *rest = ui.run_comparison(DEFAULT_MODEL, EXAMPLES[0], *astuple(Settings()), request=Request(), progress=progress)
+    status, *rest = ui.run_comparison(
+        DEFAULT_MODEL, EXAMPLES[0], *astuple(Settings()), request=Request(), progress=progress
+    )
     assert "Cancelled" in status
 
 

@@ -64,7 +64,10 @@ def test_run_an_example_and_replay_the_trajectory(page):
 
     start = time.perf_counter()
     page.click("#run")
-    page.wait_for_function("() => document.querySelector('#headline') && document.querySelector('#headline').innerText.includes('forwards')", timeout=60_000)
+    page.wait_for_function(
+        "() => document.querySelector('#headline') && document.querySelector('#headline').innerText.includes('forwards')",
+        timeout=60_000,
+    )
     wait_plot(page, "plot-trajectory-s2d2")
     wait_plot(page, "plot-trajectory-baseline")
     rendered = {"trajectory": time.perf_counter() - start}
@@ -76,7 +79,9 @@ def test_run_an_example_and_replay_the_trajectory(page):
     page.wait_for_selector("#stats-table table", timeout=30_000)
     total = time.perf_counter() - start
     (ROOT / "out").mkdir(exist_ok=True)
-    (ROOT / "out" / "browser_timing.json").write_text(json.dumps({"click_to_all_plots_s": total, "steps": rendered}, indent=2))
+    (ROOT / "out" / "browser_timing.json").write_text(
+        json.dumps({"click_to_all_plots_s": total, "steps": rendered}, indent=2)
+    )
     print(f"\nclick → all plots rendered: {total:.2f}s ({rendered})")
     assert page.locator("#text-s2d2 .tok").count() > 5
     page.screenshot(path=str(SHOTS / "02-table.png"), full_page=True)

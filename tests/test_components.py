@@ -7,7 +7,14 @@ import re
 import pytest
 
 from components.bundle import bundle_json, load_bundle
-from components.figures import CATEGORIES, _category_colors, cost_figure, residual_energy_figure, router_figure, trajectory_figure
+from components.figures import (
+    CATEGORIES,
+    _category_colors,
+    cost_figure,
+    residual_energy_figure,
+    router_figure,
+    trajectory_figure,
+)
 from components.runner import Settings, build_configs, check_prompt, run_all
 from components.tables import stats_table
 from components.tokens import tokens_html
@@ -65,7 +72,9 @@ def test_residual_energy_figure_marks_rejections(runs):
     verified = [s for s in trace.steps if any(p.q is not None for p in s.positions)]
     assert len(energy.z) == len(mass.z) == len(verified)
     crosses = fig.data[2]
-    rejected = sum(p.outcome == "resampled" for s in trace.steps for p in s.positions if p.position < len(trace.output_ids))
+    rejected = sum(
+        p.outcome == "resampled" for s in trace.steps for p in s.positions if p.position < len(trace.output_ids)
+    )
     assert len(crosses.x) == rejected == trace.summary.rejections
     for row, step in enumerate(verified):
         for p in step.positions:
@@ -101,12 +110,12 @@ def test_cost_figure_and_table_match_summaries(runs):
 def test_tokens_html_colours_every_token_by_outcome(runs):
     trace = runs["S2D2"]
     page = tokens_html(trace)
-    classes = re.findall(r'class="tok tok-(\w+)"', page)
+    classes = re.findall(r'class="tok tok-(\w+)[ "]', page)
     assert len(classes) == len(trace.output_ids)
     assert set(classes) <= {"threshold", "accepted", "resampled", "fallback"}
     assert classes.count("resampled") == trace.summary.rejections
     assert "q (verifier)" in page and "residual energy" in page
-    assert set(re.findall(r'class="tok tok-(\w+)"', tokens_html(runs["AR"]))) == {"ar"}
+    assert set(re.findall(r'class="tok tok-(\w+)[ "]', tokens_html(runs["AR"]))) == {"ar"}
 
 
 def test_comparison_bundle_round_trips(runs):

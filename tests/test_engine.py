@@ -9,8 +9,8 @@ import torch
 
 from s2d2 import masks
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
-from s2d2.sampling import SamplingConfig
 from s2d2.decode import Decoder, first_masked_span, generate, rule_commits
+from s2d2.sampling import SamplingConfig
 from s2d2.trace import OUTCOMES, Trace
 
 
@@ -148,7 +148,9 @@ METHOD_CONFIGS = [
     DecodeConfig(method="s2d2", block_length=8, max_new_tokens=30, verify=VerifyConfig(policy="ucb")),
     DecodeConfig(method="s2d2", block_length=8, steps=2, max_new_tokens=30, s2d2_rule="static"),
     DecodeConfig(method="dynamic", block_length=16, sub_block_length=4, threshold=0.5, max_new_tokens=30),
-    DecodeConfig(method="s2d2", block_length=4, max_new_tokens=30, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)),
+    DecodeConfig(
+        method="s2d2", block_length=4, max_new_tokens=30, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)
+    ),
 ]
 
 
@@ -228,7 +230,9 @@ def test_bad_prompts_are_refused(tiny_model):
 
 @pytest.mark.parametrize("method", ["dynamic", "s2d2"])
 def test_editing_rewrites_committed_tokens_and_the_trace_replays_them(tiny_model, method):
-    config = DecodeConfig(method=method, block_length=8, threshold=0.5, edit_threshold=0.0, max_post_steps=2, max_new_tokens=24)
+    config = DecodeConfig(
+        method=method, block_length=8, threshold=0.5, edit_threshold=0.0, max_post_steps=2, max_new_tokens=24
+    )
     saved = tiny_model.stop_token_ids
     tiny_model.stop_token_ids = []
     try:

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY
 from safetensors.torch import save_file
+from test_engine import CountingForward, random_prompts
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from conftest import TINY
-from test_engine import CountingForward, random_prompts
-from s2d2 import masks
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
 from s2d2.decode import Decoder, generate
 from s2d2.models import ADAPTERS, ModelLoadError, load_model
@@ -68,7 +67,10 @@ def write_fast_dllm_checkpoint(path: Path, tokenizer, seed: int = 0) -> str:
         **fields,
         "architectures": ["Fast_dLLM_QwenForCausalLM"],
         "model_type": "Fast_dLLM_Qwen",
-        "auto_map": {"AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"},
+        "auto_map": {
+            "AutoConfig": "configuration.Fast_dLLM_QwenConfig",
+            "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM",
+        },
         "bd_size": 32,
         "sliding_window": 512,
         "max_window_layers": LAYERS,
@@ -108,7 +110,11 @@ def llada2_state_dict(config: dict, generator: torch.Generator) -> dict[str, tor
         }
 
     vocab, experts = config["vocab_size"], config["num_experts"]
-    weights = {"model.word_embeddings.weight": matrix(vocab, HIDDEN), "model.norm.weight": scale(HIDDEN), "lm_head.weight": matrix(vocab, HIDDEN)}
+    weights = {
+        "model.word_embeddings.weight": matrix(vocab, HIDDEN),
+        "model.norm.weight": scale(HIDDEN),
+        "lm_head.weight": matrix(vocab, HIDDEN),
+    }
     for i in range(LAYERS):
         layer = f"model.layers.{i}"
         weights.update(
@@ -126,7 +132,9 @@ def llada2_state_dict(config: dict, generator: torch.Generator) -> dict[str, tor
             continue
         weights[f"{layer}.mlp.gate.weight"] = matrix(experts, HIDDEN)
         weights[f"{layer}.mlp.gate.expert_bias"] = torch.randn(experts, generator=generator) * 0.1
-        weights.update(mlp(f"{layer}.mlp.shared_experts", config["moe_intermediate_size"] * config["num_shared_experts"]))
+        weights.update(
+            mlp(f"{layer}.mlp.shared_experts", config["moe_intermediate_size"] * config["num_shared_experts"])
+        )
         for e in range(experts):
             weights.update(mlp(f"{layer}.mlp.experts.{e}", config["moe_intermediate_size"]))
     return weights
@@ -140,7 +148,10 @@ def write_llada2_checkpoint(path: Path, tokenizer, seed: int = 0) -> str:
         **LLADA2_MOE,
         "architectures": ["LLaDA2MoeModelLM"],
         "model_type": "llada2_moe",
-        "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig", "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"},
+        "auto_map": {
+            "AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM",
+        },
         "head_dim": HEAD_DIM,
         "partial_rotary_factor": 0.5,
         "rope_theta": 600000,
@@ -154,7 +165,11 @@ def write_llada2_checkpoint(path: Path, tokenizer, seed: int = 0) -> str:
         "dtype": "float32",
     }
     path.mkdir(parents=True, exist_ok=True)
-    save_file(llada2_state_dict(config, torch.Generator().manual_seed(seed)), str(path / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        llada2_state_dict(config, torch.Generator().manual_seed(seed)),
+        str(path / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     tokenizer.save_pretrained(path)
     (path / "config.json").write_text(json.dumps(config))
     return str(path)
@@ -214,7 +229,10 @@ def autoregressive_distribution(model, context: list[int]) -> torch.Tensor:
     "config, adapter",
     [
         ({"model_type": "sdar", "architectures": ["SDARForCausalLM"]}, SDARModel),
-        ({"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32}, FastDLLMModel),
+        (
+            {"model_type": "Fast_dLLM_Qwen", "architectures": ["Fast_dLLM_QwenForCausalLM"], "bd_size": 32},
+            FastDLLMModel,
+        ),
         ({"architectures": ["Fast_dLLM_QwenForCausalLM"]}, FastDLLMModel),
         ({"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}, LLaDA2Model),
         ({"architectures": ["LLaDA2MoeModelLM"]}, LLaDA2Model),
@@ -236,7 +254,9 @@ def test_loaded_checkpoints_have_the_family_adapter_and_its_tokens(family_models
 
 def test_unknown_model_type_is_a_clear_load_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    with pytest.raises(ModelLoadError, match=r"unsupported model \(model_type='llama'.*supported families: sdar, fast_dllm_v2, llada2"):
+    with pytest.raises(
+        ModelLoadError, match=r"unsupported model \(model_type='llama'.*supported families: sdar, fast_dllm_v2, llada2"
+    ):
         load_model(str(tmp_path), device="cpu")
 
 
@@ -262,7 +282,15 @@ def test_llada2_weights_land_on_the_stock_parameters(family_paths, family_models
     assert torch.equal(attention.o_proj.weight, published["model.layers.1.attention.dense.weight"])
     e = 5
     gate_up = layer.mlp.experts.gate_up_proj[e]
-    assert torch.equal(gate_up, torch.cat([published[f"model.layers.1.mlp.experts.{e}.gate_proj.weight"], published[f"model.layers.1.mlp.experts.{e}.up_proj.weight"]]))
+    assert torch.equal(
+        gate_up,
+        torch.cat(
+            [
+                published[f"model.layers.1.mlp.experts.{e}.gate_proj.weight"],
+                published[f"model.layers.1.mlp.experts.{e}.up_proj.weight"],
+            ]
+        ),
+    )
     assert torch.equal(layer.mlp.experts.down_proj[e], published[f"model.layers.1.mlp.experts.{e}.down_proj.weight"])
     assert torch.equal(layer.mlp.gate.e_score_correction_bias, published["model.layers.1.mlp.gate.expert_bias"])
     assert layer.mlp.gate.top_k == LLADA2_MOE["num_experts_per_tok"] and layer.mlp.gate.norm_topk_prob
@@ -289,7 +317,9 @@ def test_memory_estimate_counts_the_loaded_parameters_exactly(family_paths, fami
     for family, path in family_paths.items():
         config = json.loads((Path(path) / "config.json").read_text())
         loaded = sum(p.numel() for p in family_models[family].model.parameters())
-        expected = loaded + (config["num_experts"] * (LAYERS - 1) if family == "llada2" else 0)  # the router bias is a buffer
+        expected = loaded + (
+            config["num_experts"] * (LAYERS - 1) if family == "llada2" else 0
+        )  # the router bias is a buffer
         assert parameter_count(config) == expected
         assert estimate_memory_gb(config, 4) == pytest.approx(4 * expected / 1e9)
 
@@ -299,8 +329,15 @@ def test_catalog_lists_every_family_with_sizes_that_agree():
     for entry in MODEL_CATALOG:
         assert entry.bf16_gb == pytest.approx(2 * entry.parameters_billion, rel=0.02), entry.hub_id
     sdar_8b = {
-        "model_type": "sdar", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+        "model_type": "sdar",
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": False,
     }
     assert estimate_memory_gb(sdar_8b) == pytest.approx(16.4, rel=0.01)  # the Hub's four shards
 
@@ -360,7 +397,9 @@ DECODERS = [
     preset_config("hysteresis", max_new_tokens=20),
     DecodeConfig(method="s2d2", block_length=8, max_new_tokens=20, verify=VerifyConfig(policy="ucb")),
     DecodeConfig(method="dynamic", block_length=16, sub_block_length=4, threshold=0.5, max_new_tokens=20),
-    DecodeConfig(method="s2d2", block_length=4, max_new_tokens=20, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)),
+    DecodeConfig(
+        method="s2d2", block_length=4, max_new_tokens=20, sampling=SamplingConfig(temperature=0.8, top_k=20, top_p=0.9)
+    ),
 ]
 
 

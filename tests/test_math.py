@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from s2d2.acceptance import residual_energy, residual_mass, speculative_accept, verify_drafts
+from s2d2.acceptance import (
+    residual_energy,
+    residual_mass,
+    speculative_accept,
+    verify_drafts,
+)
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
 from s2d2.policies import (
     HysteresisPolicy,

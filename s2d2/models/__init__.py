@@ -6,8 +6,8 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlparse
 
 import torch
@@ -64,7 +64,9 @@ def read_config(source: str, offline: bool = False) -> dict:
             raise ModelLoadError(f"cannot load {source!r}: the directory has no config.json")
         return json.loads(config_file.read_text())
     if not HUB_ID.fullmatch(source):
-        raise ModelLoadError(f"cannot load {source!r}: no such checkpoint directory, and not a Hub id like 'owner/name'")
+        raise ModelLoadError(
+            f"cannot load {source!r}: no such checkpoint directory, and not a Hub id like 'owner/name'"
+        )
     from huggingface_hub import hf_hub_download
 
     try:

@@ -30,4 +30,6 @@ class PositionAlignedModel(BlockDiffusionModel):
         offsets = torch.arange(prefix_length + span_length, device=self.device)
         offsets[prefix_length:] = span_start + torch.arange(span_length, device=self.device)
         allowed = masks.verifier_mask(prefix_length, span_start, span_length, self.device)
-        return self._forward(session, "verify", ids, session.stored + offsets, allowed, keep_kv=0, keep_logits=span_length)
+        return self._forward(
+            session, "verify", ids, session.stored + offsets, allowed, keep_kv=0, keep_logits=span_length
+        )

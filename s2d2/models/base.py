@@ -27,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from transformers import DynamicCache
@@ -112,7 +112,9 @@ class BlockDiffusionModel(ABC):
             allowed = masks.causal(n, self.device)
         else:
             allowed = masks.block_causal(n, block_length, session.stored, self.device)
-        return self._forward(session, "prefill", ids, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[-1]
+        return self._forward(session, "prefill", ids, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[
+            -1
+        ]
 
     @abstractmethod
     def draft_forward(
@@ -134,7 +136,9 @@ class BlockDiffusionModel(ABC):
         returns the last position's logit row."""
         n = block.shape[0]
         allowed = masks.causal(n, self.device) if causal else torch.ones(n, n, dtype=torch.bool, device=self.device)
-        return self._forward(session, "commit", block, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[-1]
+        return self._forward(session, "commit", block, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[
+            -1
+        ]
 
     def _forward(
         self,
@@ -218,7 +222,9 @@ class BlockDiffusionModel(ABC):
         return out
 
 
-def from_pretrained_stock(model_class, source: str, config, device, dtype, strict: bool = False, **load_kwargs) -> torch.nn.Module:
+def from_pretrained_stock(
+    model_class, source: str, config, device, dtype, strict: bool = False, **load_kwargs
+) -> torch.nn.Module:
     """Load a checkpoint into a stock transformers class with SDPA attention.
 
     With a ``device_map`` among ``load_kwargs`` accelerate places the layers
@@ -232,7 +238,9 @@ def from_pretrained_stock(model_class, source: str, config, device, dtype, stric
         )
     unmatched = sorted(set(info.get("missing_keys", ())) | set(info.get("unexpected_keys", ())))
     if strict and unmatched:
-        raise ValueError(f"the weights do not match {model_class.__name__}; unmatched parameters: {', '.join(unmatched[:4])}")
+        raise ValueError(
+            f"the weights do not match {model_class.__name__}; unmatched parameters: {', '.join(unmatched[:4])}"
+        )
     if load_kwargs.get("device_map") is None:
         model = model.to(device)
     return model

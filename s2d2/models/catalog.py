@@ -25,13 +25,32 @@ class CatalogEntry:
 
 MODEL_CATALOG = (
     CatalogEntry("JetLM/SDAR-1.7B-Chat", "sdar", 2.03, 4.06, "hub file listing (model.safetensors 4.06 GB)"),
-    CatalogEntry("JetLM/SDAR-4B-Chat", "sdar", 4.41, 8.83, "computed from config.json; SDAR-4B-Chat-b64, same shape, stores 8.83 GB"),
+    CatalogEntry(
+        "JetLM/SDAR-4B-Chat",
+        "sdar",
+        4.41,
+        8.83,
+        "computed from config.json; SDAR-4B-Chat-b64, same shape, stores 8.83 GB",
+    ),
     CatalogEntry("JetLM/SDAR-8B-Chat", "sdar", 8.19, 16.4, "hub file listing (4 shards, 16.4 GB)"),
     CatalogEntry(
-        "JetLM/SDAR-30B-A3B-Chat", "sdar", 30.5, 61.1, "estimate from the Qwen3-30B-A3B backbone", "MoE: about 3B parameters active per token"
+        "JetLM/SDAR-30B-A3B-Chat",
+        "sdar",
+        30.5,
+        61.1,
+        "estimate from the Qwen3-30B-A3B backbone",
+        "MoE: about 3B parameters active per token",
     ),
-    CatalogEntry("Efficient-Large-Model/Fast_dLLM_v2_1.5B", "fast_dllm_v2", 1.54, 3.09, "estimate from the Qwen2.5-1.5B backbone"),
-    CatalogEntry("Efficient-Large-Model/Fast_dLLM_v2_7B", "fast_dllm_v2", 7.62, 15.2, "computed from config.json (vocabulary as Qwen2.5-7B's)"),
+    CatalogEntry(
+        "Efficient-Large-Model/Fast_dLLM_v2_1.5B", "fast_dllm_v2", 1.54, 3.09, "estimate from the Qwen2.5-1.5B backbone"
+    ),
+    CatalogEntry(
+        "Efficient-Large-Model/Fast_dLLM_v2_7B",
+        "fast_dllm_v2",
+        7.62,
+        15.2,
+        "computed from config.json (vocabulary as Qwen2.5-7B's)",
+    ),
     CatalogEntry(
         "inclusionAI/LLaDA2.1-mini",
         "llada2",
@@ -49,7 +68,11 @@ def _attention_parameters(config: dict, hidden: int) -> int:
     head_dim = config.get("head_dim") or hidden // heads
     q, kv = heads * head_dim, kv_heads * head_dim
     count = hidden * (q + 2 * kv) + q * hidden
-    if config.get("attention_bias") or config.get("use_qkv_bias") or config.get("model_type") in ("qwen2", "Fast_dLLM_Qwen"):
+    if (
+        config.get("attention_bias")
+        or config.get("use_qkv_bias")
+        or config.get("model_type") in ("qwen2", "Fast_dLLM_Qwen")
+    ):
         count += q + 2 * kv
     if config.get("use_bias"):
         count += hidden

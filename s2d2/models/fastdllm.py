@@ -36,7 +36,13 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from .. import masks
-from .base import BlockDiffusionModel, KVSession, from_pretrained_stock, mask_token_id, stop_token_ids
+from .base import (
+    BlockDiffusionModel,
+    KVSession,
+    from_pretrained_stock,
+    mask_token_id,
+    stop_token_ids,
+)
 from .sdar import REMOTE_ONLY_FIELDS
 
 FAST_DLLM_MASK_TOKEN_ID = 151665
@@ -63,8 +69,10 @@ class FastDLLMModel(BlockDiffusionModel):
         return config.get("model_type") == "Fast_dLLM_Qwen" or "Fast_dLLM" in architectures
 
     @classmethod
-    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> "FastDLLMModel":
-        model = from_pretrained_stock(Qwen2ForCausalLM, source, qwen2_config_from_fast_dllm(config), device, dtype, **load_kwargs)
+    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> FastDLLMModel:
+        model = from_pretrained_stock(
+            Qwen2ForCausalLM, source, qwen2_config_from_fast_dllm(config), device, dtype, **load_kwargs
+        )
         mask = mask_token_id(config, tokenizer, default=FAST_DLLM_MASK_TOKEN_ID)
         adapter = cls(model, tokenizer, mask, stop_token_ids(config, tokenizer), name)
         adapter.trained_block_lengths = (int(config.get("bd_size", 32)),)
@@ -83,7 +91,9 @@ class FastDLLMModel(BlockDiffusionModel):
     def draft_forward(self, session, block, commit, commit_causal, causal_rows):
         # With a commit, one more row: the finished block's last, which predicts this block's first token.
         has_commit = commit is not None
-        rows = self._draft_rows(session, block, commit, commit_causal, causal_rows, keep_logits=block.shape[0] + has_commit)
+        rows = self._draft_rows(
+            session, block, commit, commit_causal, causal_rows, keep_logits=block.shape[0] + has_commit
+        )
         if has_commit:
             session.carry[NEXT_ROW], rows = rows[0], rows[1:]
         return torch.cat([self._carried_row(session, rows[0])[None], rows[:-1]])
@@ -98,7 +108,17 @@ class FastDLLMModel(BlockDiffusionModel):
             prefix = span_end - 1
             allowed = masks.causal(prefix, self.device)
             positions = self._positions(session, prefix)
-            parts.append(self._forward(session, "verify", block[:prefix], positions, allowed, keep_kv=0, keep_logits=span_end - first_predicted))
+            parts.append(
+                self._forward(
+                    session,
+                    "verify",
+                    block[:prefix],
+                    positions,
+                    allowed,
+                    keep_kv=0,
+                    keep_logits=span_end - first_predicted,
+                )
+            )
         return torch.cat(parts)
 
     def commit_forward(self, session, block, causal):

@@ -31,7 +31,13 @@ from __future__ import annotations
 
 from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
-from transformers.core_model_loading import Concatenate, MergeModulelist, Split, WeightConverter, WeightRenaming
+from transformers.core_model_loading import (
+    Concatenate,
+    MergeModulelist,
+    Split,
+    WeightConverter,
+    WeightRenaming,
+)
 
 from .aligned import PositionAlignedModel
 from .base import from_pretrained_stock, mask_token_id, stop_token_ids
@@ -150,10 +156,14 @@ class LLaDA2Model(PositionAlignedModel):
         return config.get("model_type") == "llada2_moe" or "LLaDA2" in architectures
 
     @classmethod
-    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> "LLaDA2Model":
-        register_checkpoint_conversion_mapping(LLaDA2AsGlm4MoeForCausalLM.__name__, llada2_weight_conversion(), overwrite=True)
+    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> LLaDA2Model:
+        register_checkpoint_conversion_mapping(
+            LLaDA2AsGlm4MoeForCausalLM.__name__, llada2_weight_conversion(), overwrite=True
+        )
         glm = glm4_moe_config_from_llada2(config)
-        model = from_pretrained_stock(LLaDA2AsGlm4MoeForCausalLM, source, glm, device, dtype, strict=True, **load_kwargs)
+        model = from_pretrained_stock(
+            LLaDA2AsGlm4MoeForCausalLM, source, glm, device, dtype, strict=True, **load_kwargs
+        )
         mask = mask_token_id(config, tokenizer, default=LLADA2_MASK_TOKEN_ID)
         stops = stop_token_ids(config, tokenizer, defaults=(LLADA2_EOS_TOKEN_ID,))
         adapter = cls(model, tokenizer, mask, stops, name)

@@ -38,8 +38,10 @@ class SDARModel(PositionAlignedModel):
         return config.get("model_type") == "sdar" or "SDAR" in architectures
 
     @classmethod
-    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> "SDARModel":
-        model = from_pretrained_stock(Qwen3ForCausalLM, source, qwen3_config_from_sdar(config), device, dtype, **load_kwargs)
+    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> SDARModel:
+        model = from_pretrained_stock(
+            Qwen3ForCausalLM, source, qwen3_config_from_sdar(config), device, dtype, **load_kwargs
+        )
         adapter = cls(model, tokenizer, mask_token_id(config, tokenizer), stop_token_ids(config, tokenizer), name)
         adapter.trained_block_lengths = tuple(config.get("block_lengths") or ())
         return adapter

@@ -43,8 +43,7 @@ class TeamPicks(TaskFamily):
         candidates = rng.sample(sorted(NAMES), rng.randint(picks + 1, picks + 3))
         chosen = rng.sample(candidates, picks)
         prompt = (
-            f"Pick {NUMBER_WORDS[picks]} different players from {join_names(candidates)}. "
-            "Then cheer for the first one."
+            f"Pick {NUMBER_WORDS[picks]} different players from {join_names(candidates)}. Then cheer for the first one."
         )
         reference = f"The team is {join_names(chosen)}. Go {chosen[0]}!"
         key = f"team:{picks}:" + ",".join(candidates)
