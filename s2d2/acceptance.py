@@ -49,9 +49,23 @@ def residual_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Normalised ``(q - p)+`` per row, falling back to ``q`` where it is empty."""
-    residual = (q - p).clamp_min(0)
+    return _normalise_residual((q - p).clamp_min(0), q)
+
+
+def _normalise_residual(residual: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     total = residual.sum(dim=-1, keepdim=True)
     return torch.where(total > 0, residual / total.clamp_min(torch.finfo(q.dtype).tiny), q)
+
+
+def _accepts(drafts, p_x, q_x, q, generator, mode: str) -> torch.Tensor:
+    """Per-row decisions: ``u · p(x) < q(x)`` (stochastic) or ``x == argmax q`` (greedy)."""
+    if mode == "greedy":
+        return drafts == q.argmax(dim=-1)
+    return uniform(drafts.shape[0], generator, drafts.device) * p_x < q_x
+
+
+def _gather(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def speculative_accept(
@@ -61,24 +75,19 @@ def speculative_accept(
     generator: torch.Generator,
     mode: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise accept decisions and replacement tokens, independent per row.
+    """Row-wise accept decisions and replacement tokens, every row independent.
 
     Returns ``(accept, replacement)``: whether each row's draft passes, and the
     token to commit in its place if it does not. ``stochastic`` accepts with
     probability ``min(1, q(x)/p(x))`` and resamples from the residual, even when
-    the drafts were argmax (the paper's behaviour at temperature 0); ``greedy`` accepts iff the draft is
-    ``argmax q`` and otherwise substitutes ``argmax q``, which is exact
-    block-size-1 greedy decoding.
+    the drafts were argmax (the paper's behaviour at temperature 0); ``greedy``
+    accepts iff the draft is ``argmax q`` and otherwise substitutes ``argmax q``,
+    which is exact block-size-1 greedy decoding.
     """
+    accept = _accepts(drafts, _gather(p, drafts), _gather(q, drafts), q, generator, mode)
     if mode == "greedy":
-        target = q.argmax(dim=-1)
-        return drafts == target, target
-    p_x = p.gather(-1, drafts[:, None]).squeeze(-1)
-    q_x = q.gather(-1, drafts[:, None]).squeeze(-1)
-    u = uniform(drafts.shape[0], generator, drafts.device)
-    accept = u * p_x < q_x
-    replacement = sample(residual_distribution(p, q), generator, greedy=False)
-    return accept, replacement
+        return accept, q.argmax(dim=-1)
+    return accept, sample(residual_distribution(p, q), generator, greedy=False)
 
 
 def verify_drafts(
@@ -91,17 +100,24 @@ def verify_drafts(
     """Walk a span left to right: keep the accepted prefix, correct the first rejection.
 
     Decisions are made for every row at once and the prefix is found with a
-    cumulative product, so the whole span costs a handful of tensor ops.
+    cumulative product; only the first rejected row is resampled. No host sync.
     """
-    accept, replacement = speculative_accept(drafts, p, q, generator, mode)
+    p_x, q_x = _gather(p, drafts), _gather(q, drafts)
+    accept = _accepts(drafts, p_x, q_x, q, generator, mode)
     accepted = accept.long().cumprod(dim=0).sum()
-    first_rejection = accepted.clamp_max(drafts.shape[0] - 1)
-    p_x = p.gather(-1, drafts[:, None]).squeeze(-1)
-    q_x = q.gather(-1, drafts[:, None]).squeeze(-1)
+    first_rejection = accepted.clamp_max(drafts.shape[0] - 1).reshape(1)
+    residual = (q - p).clamp_min(0)
+    q_row = q.index_select(0, first_rejection)
+    if mode == "greedy":
+        correction = q_row.argmax(dim=-1)
+    else:
+        correction = sample(
+            _normalise_residual(residual.index_select(0, first_rejection), q_row), generator, greedy=False
+        )
     return SpanVerdict(
         accepted=accepted,
-        correction=replacement[first_rejection],
+        correction=correction[0],
         ratio=q_x / p_x.clamp_min(torch.finfo(p_x.dtype).tiny),
         energy=residual_energy(p_x, q_x),
-        residual_mass=residual_mass(p, q),
+        residual_mass=residual.sum(dim=-1),
     )

@@ -267,11 +267,10 @@ class Decoder:
             raise DecodeCancelled("decoding was cancelled")
         self._where = (block.index, step)
         self._step_forwards = []
-        causal_rows = None
+        causal_prefix = 0
         if cfg.draft_ver:
-            first = block.masked.index(True) if any(block.masked) else len(block.masked)
-            causal_rows = torch.arange(len(block.masked), device=self.device) < first
-        draft = self._draft(self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_rows))
+            causal_prefix = block.masked.index(True) if any(block.masked) else len(block.masked)
+        draft = self._draft(self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix))
         record = tr.StepRecord(block.index, step, block.offset, self._step_forwards, [])
         if cfg.edit_threshold is not None:
             record.edits = self._edits(draft, block)

@@ -13,14 +13,23 @@ columns and converts. Keeping them boolean makes them easy to test and to show.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
+# The in-forward part of a mask depends only on a few integers, and a decode
+# asks for the same few shapes again and again: build each once. Callers must
+# not modify the tensors these return.
+cached = lru_cache(maxsize=512)
 
+
+@cached
 def causal(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Row ``i`` sees columns ``j <= i``."""
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
+@cached
 def block_causal(n: int, block_length: int, offset: int = 0, device: torch.device | str = "cpu") -> torch.Tensor:
     """Row ``i`` sees every column whose block is not after row ``i``'s block.
 
@@ -32,11 +41,12 @@ def block_causal(n: int, block_length: int, offset: int = 0, device: torch.devic
     return block[None, :] <= block[:, None]
 
 
+@cached
 def draft_mask(
     commit_length: int,
     block_length: int,
     commit_causal: bool,
-    causal_rows: torch.Tensor | None = None,
+    causal_prefix: int = 0,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
     """Mask for a draft forward over ``[finished block | current block]``.
@@ -46,8 +56,8 @@ def draft_mask(
     kept AR-like (``commit_causal``, the ``cache_ver`` option) and
     bidirectionally otherwise; it never sees the current block. The current
     block sees the whole finished block and itself bidirectionally, except that
-    rows flagged in ``causal_rows`` (the ``draft_ver`` option: already committed
-    positions) only see current-block columns up to themselves.
+    its first ``causal_prefix`` rows (the ``draft_ver`` option: the committed
+    prefix of the block) only see current-block columns up to themselves.
     """
     n = commit_length + block_length
     allowed = torch.zeros(n, n, dtype=torch.bool, device=device)
@@ -55,9 +65,9 @@ def draft_mask(
         allowed[:commit_length, :commit_length] = causal(commit_length, device) if commit_causal else True
     allowed[commit_length:, :commit_length] = True
     allowed[commit_length:, commit_length:] = True
-    if causal_rows is not None:
-        rows = commit_length + torch.nonzero(causal_rows).flatten()
-        allowed[rows, commit_length:] = causal(block_length, device)[rows - commit_length]
+    if causal_prefix:
+        rows = slice(commit_length, commit_length + causal_prefix)
+        allowed[rows, commit_length:] = causal(block_length, device)[:causal_prefix]
     return allowed
 
 
@@ -101,11 +111,9 @@ def training_mask(length: int, block_length: int, device: torch.device | str = "
     return allowed
 
 
-def additive_mask(allowed: torch.Tensor, cached: int, dtype: torch.dtype) -> torch.Tensor:
-    """Prepend ``cached`` always-visible columns and convert to an additive 4D mask."""
-    if cached:
-        visible = torch.ones(allowed.shape[0], cached, dtype=torch.bool, device=allowed.device)
-        allowed = torch.cat([visible, allowed], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+def additive_mask(allowed: torch.Tensor, stored: int, dtype: torch.dtype) -> torch.Tensor:
+    """Prepend ``stored`` always-visible cache columns and convert to an additive 4D mask."""
+    rows, n = allowed.shape
+    mask = torch.zeros(rows, stored + n, dtype=dtype, device=allowed.device)
+    mask[:, stored:].masked_fill_(allowed.logical_not(), torch.finfo(dtype).min)
     return mask[None, None]

@@ -55,13 +55,13 @@ def test_cached_draft_equals_recomputation_without_cache(tiny_model):
     current = finished[:1] + [model.mask_token_id] * (B - 1)
     session = model.new_session(lambda *a: None)
     model.prefill(session, torch.tensor(prompt), causal=False, block_length=B)
-    fused = model.draft_forward(session, torch.tensor(current), torch.tensor(finished), False, None)
+    fused = model.draft_forward(session, torch.tensor(current), torch.tensor(finished), False, 0)
     assert session.stored == len(prompt) + B
     reference = session_forward_logits(model, prompt + finished + current, B, causal=False)[-B:]
     assert (fused - reference).abs().max().item() <= 1e-4
     # The fused commit stored exactly what a separate commit would have: drafting
     # again from the cache gives the same logits.
-    again = model.draft_forward(session, torch.tensor(current), None, False, None)
+    again = model.draft_forward(session, torch.tensor(current), None, False, 0)
     assert (again - reference).abs().max().item() <= 1e-4
     assert session.stored == len(prompt) + B
 

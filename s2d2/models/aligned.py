@@ -20,8 +20,8 @@ class PositionAlignedModel(BlockDiffusionModel):
     tokens at the same positions, each mask seeing only the drafts before it.
     """
 
-    def draft_forward(self, session, block, commit, commit_causal, causal_rows):
-        return self._draft_rows(session, block, commit, commit_causal, causal_rows, keep_logits=block.shape[0])
+    def draft_forward(self, session, block, commit, commit_causal, causal_prefix):
+        return self._draft_rows(session, block, commit, commit_causal, causal_prefix, keep_logits=block.shape[0])
 
     def verify_span(self, session, block, span_start, span_length):
         prefix_length = span_start + span_length - 1

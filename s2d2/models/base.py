@@ -83,14 +83,10 @@ class BlockDiffusionModel(ABC):
         self.stop_token_ids = sorted({int(t) for t in stop_token_ids})
         self.name = name
         self.trained_block_lengths: tuple[int, ...] = ()
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        # Read once: the weights do not move after loading, and the hot loop asks often.
+        first = next(self.model.parameters())
+        self.device: torch.device = first.device
+        self.dtype: torch.dtype = first.dtype
 
     @property
     def vocab_size(self) -> int:
@@ -123,9 +119,11 @@ class BlockDiffusionModel(ABC):
         block: torch.Tensor,
         commit: torch.Tensor | None,
         commit_causal: bool,
-        causal_rows: torch.Tensor | None,
+        causal_prefix: int,
     ) -> torch.Tensor:
-        """Drafter logits ``(B, V)`` for ``block``; stores ``commit``'s KV if given."""
+        """Drafter logits ``(B, V)`` for ``block``; stores ``commit``'s KV if given.
+
+        ``causal_prefix`` rows at the start of the block attend causally (``draft_ver``)."""
 
     @abstractmethod
     def verify_span(self, session: KVSession, block: torch.Tensor, span_start: int, span_length: int) -> torch.Tensor:
@@ -177,13 +175,13 @@ class BlockDiffusionModel(ABC):
         session.stored += keep_kv
         return logits
 
-    def _draft_rows(self, session, block, commit, commit_causal, causal_rows, keep_logits: int) -> torch.Tensor:
+    def _draft_rows(self, session, block, commit, commit_causal, causal_prefix, keep_logits: int) -> torch.Tensor:
         """The draft forward over ``[finished block | block]`` (:func:`masks.draft_mask`):
         stores the finished block's KV, not the current block's; returns the last
         ``keep_logits`` logit rows."""
         commit_length = 0 if commit is None else commit.shape[0]
         ids = block if commit is None else torch.cat([commit, block])
-        allowed = masks.draft_mask(commit_length, block.shape[0], commit_causal, causal_rows, self.device)
+        allowed = masks.draft_mask(commit_length, block.shape[0], commit_causal, causal_prefix, self.device)
         positions = self._positions(session, ids.shape[0])
         return self._forward(session, "draft", ids, positions, allowed, keep_kv=commit_length, keep_logits=keep_logits)
 
@@ -210,7 +208,7 @@ class BlockDiffusionModel(ABC):
 
         On CUDA the clock is read after a synchronise, so seconds are real.
         """
-        cuda = self.device.type == "cuda"
+        cuda = self.device.type == "cuda"  # a CPU computes synchronously
         if cuda:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()

@@ -88,11 +88,11 @@ class FastDLLMModel(BlockDiffusionModel):
     def prefill(self, session, ids, causal, block_length):
         session.carry[NEXT_ROW] = super().prefill(session, ids, causal, block_length)
 
-    def draft_forward(self, session, block, commit, commit_causal, causal_rows):
+    def draft_forward(self, session, block, commit, commit_causal, causal_prefix):
         # With a commit, one more row: the finished block's last, which predicts this block's first token.
         has_commit = commit is not None
         rows = self._draft_rows(
-            session, block, commit, commit_causal, causal_rows, keep_logits=block.shape[0] + has_commit
+            session, block, commit, commit_causal, causal_prefix, keep_logits=block.shape[0] + has_commit
         )
         if has_commit:
             session.carry[NEXT_ROW], rows = rows[0], rows[1:]
