@@ -64,6 +64,17 @@ def build_demo() -> gr.Blocks:
                     preset, settings = ui.settings_panel()
                 status = gr.HTML(elem_id="status")
                 results = ui.results_area()
+            with gr.Tab("Benchmarks", id="benchmarks"):
+                gr.Markdown(
+                    "Accuracy against cost for every method of `python -m s2d2.bench` on held-out problems "
+                    "(see docs/BENCHMARKS.md). Load another run's `summary.json` to compare your own model."
+                )
+                bench_status = gr.HTML()
+                bench_upload = gr.UploadButton("Load a summary.json", file_types=[".json"])
+                with gr.Row():
+                    bench_nfe = gr.Plot(show_label=False, elem_id="bench-nfe")
+                    bench_wall = gr.Plot(show_label=False, elem_id="bench-wall")
+                bench_table = gr.Dataframe(show_label=False, wrap=True, elem_id="bench-table")
             with gr.Tab("How it works", id="how"):
                 gr.HTML(how_it_works_html())
 
@@ -76,6 +87,9 @@ def build_demo() -> gr.Blocks:
         cancel.click(ui.cancel_run, None, status, cancels=[run_event], queue=False)
         upload.upload(ui.replay, upload, [status, *results.components()])
         demo.load(ui.startup, None, [status, *results.components()])
+        bench_outputs = [bench_status, bench_nfe, bench_wall, bench_table]
+        demo.load(ui.benchmark_views, None, bench_outputs)
+        bench_upload.upload(ui.benchmark_views, bench_upload, bench_outputs)
     return demo
 
 

@@ -33,6 +33,7 @@ from .views import build_views
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
+BENCHMARK_SUMMARY = ASSETS.parent / "docs" / "results" / "bundled" / "summary.json"
 BUNDLED_LABEL = "bundled 4.8M (CPU, offline)"
 MODELS = ModelCache()
 _CANCELS: dict[str, threading.Event] = {}
@@ -326,3 +327,24 @@ def startup() -> list:
     status, *views = replay(str(DEMO_COMPARISON))
     note = "Showing a saved run of the first example (no model was run). Pick a prompt and press Run to decode live."
     return [status_html(note, "info"), *views]
+
+
+# -- benchmarks tab -------------------------------------------------------------
+
+
+def benchmark_views(path: str | None = None) -> list:
+    """Status, frontiers (forwards and wall time) and table of a saved ``summary.json``."""
+    from .benchmarks import frontier_figure, load_summary, summary_frame
+
+    source = Path(path) if path else BENCHMARK_SUMMARY
+    try:
+        data = load_summary(source)
+    except (OSError, ValueError) as err:
+        empty = frontier_figure([])
+        return [status_html(f"No benchmark loaded: {html.escape(str(err))}", "warn"), empty, empty, None]
+    meta, rows = data.get("meta", {}), data["methods"]
+    note = (
+        f"{html.escape(str(meta.get('command', '')))} — {meta.get('problems_per_family')} problems per family, "
+        f"{meta.get('processes', 1)} process(es) on {html.escape(str(meta.get('machine', '?')))}, {meta.get('seconds', '?')} s"
+    )
+    return [status_html(note, "info"), frontier_figure(rows, "nfe"), frontier_figure(rows, "wall"), summary_frame(rows)]

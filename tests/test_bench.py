@@ -66,3 +66,16 @@ def test_engine_never_imports_gradio_or_plotly():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_dashboard_benchmarks_tab_loads_a_saved_summary(single, tmp_path):
+    from components import ui
+
+    status, nfe, wall, table = ui.benchmark_views(str(single / "summary.json"))
+    assert "problems per family" in status
+    assert {t.name for t in nfe.data} == {"AR", "S2D2"} and len(wall.data) == 2
+    assert len(table) == 2
+    bad = tmp_path / "other.json"
+    bad.write_text('{"not": "a summary"}')
+    status, *_ = ui.benchmark_views(str(bad))
+    assert "No benchmark loaded" in status
