@@ -245,6 +245,9 @@ def results_area() -> Results:
     return Results(headline, texts, trajectory_baseline, trajectory_s2d2, energy, router, cost, table)
 
 
+RESULT_SLOTS = 1 + len(RUN_NAMES) + 6  # headline, one text per run, five figures, the table
+
+
 def render(traces: dict) -> list:
     """Values for :meth:`Results.components`, in order."""
     v = build_views(traces)
@@ -283,7 +286,7 @@ def run_comparison(model_source: str, prompt: str, *values, request: gr.Request 
     """
     cancel = _cancel_event(request)
     cancel.clear()
-    keep = [gr.update()] * (len(RUN_NAMES) + 7)
+    keep = [gr.update()] * RESULT_SLOTS
     try:
         prompt = check_prompt(prompt)
         configs = build_configs(Settings(*values))
@@ -309,7 +312,7 @@ def cancel_run(request: gr.Request = None) -> str:
 
 def replay(file) -> list:
     """Render a saved comparison (or single trace) with no model at all."""
-    keep = [gr.update()] * (len(RUN_NAMES) + 7)
+    keep = [gr.update()] * RESULT_SLOTS
     if file is None:
         return [status_html(""), *keep]
     try:

@@ -42,6 +42,7 @@ from .evaluate import (
     warm_up,
 )
 from .models import DEFAULT_MODEL, load_model
+from .progress import progress_bar
 from .tasks import families
 
 GRIDS = ("paper", "tiny")
@@ -203,10 +204,8 @@ def main(argv=None) -> None:
     shards = out / "shards"
     shards.mkdir(parents=True, exist_ok=True)
 
-    from tqdm import tqdm
-
     total = len(grid) * len(range(rank, len(problems), world))
-    bar = tqdm(total=total, desc=f"bench[{rank}/{world}]", dynamic_ncols=True, position=rank)
+    bar = progress_bar(total, f"bench[{rank}/{world}]", position=rank)
     start = time.time()
     results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1))
     bar.close()

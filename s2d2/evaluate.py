@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from .config import DecodeConfig, VerifyConfig, preset_config
 from .decode import generate
 from .models import DEFAULT_MODEL, BlockDiffusionModel, load_model
+from .progress import progress_bar
 from .tasks import Problem, families
 
 
@@ -182,15 +183,13 @@ def main(argv=None) -> None:
     parser.add_argument("--methods", default="", help="comma-separated subset of the method names (default: all)")
     parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
-    from tqdm import tqdm
-
     model = load_model(args.model, device=args.device)
     names = args.families.split(",")
     problems = heldout_problems(args.problems, names)
     methods = model_card_methods()
     if args.methods:
         methods = {k: v for k, v in methods.items() if k in args.methods.split(",")}
-    bar = tqdm(total=len(methods) * len(problems), desc="evaluate", dynamic_ncols=True)
+    bar = progress_bar(len(methods) * len(problems), "evaluate")
     results = evaluate(model, methods, problems, progress=lambda *a: bar.update(1))
     bar.close()
     print(markdown_table([summarize_method(name, r) for name, r in results.items()], names))

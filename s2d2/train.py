@@ -32,6 +32,7 @@ from transformers import GenerationConfig, Qwen3ForCausalLM
 
 from . import masks
 from .models.sdar import qwen3_config_from_sdar
+from .progress import progress_bar
 from .tasks import families, split_of
 from .tokenizer import EOS, MASK, chat_text, train_tokenizer
 
@@ -249,9 +250,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params / 1e6:.2f}M parameters on {device}; vocab {config['vocab_size']}")
     mask_id, eos_id = config["mask_token_id"], config["eos_token_id"]
-    from tqdm import tqdm
-
-    bar = tqdm(total=cfg.steps, initial=step, desc="train", dynamic_ncols=True)
+    bar = progress_bar(cfg.steps, "train", initial=step)
     start = time.time()
     model.train()
     while step < cfg.steps:
