@@ -39,7 +39,7 @@ class Settings:
     tau_off: float = -5.0
     tau_span: int = 1
     estimator: str = "soft_entropy_negexp"
-    acceptance: str = "stochastic"
+    acceptance: str = "greedy"
     cache_ver: bool = True
     draft_ver: bool = True
     temperature: float = 0.0

@@ -49,7 +49,11 @@ GRIDS = ("paper", "tiny")
 
 
 def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
-    """AR; static B ∈ {4, 8, 16} with steps B and B/2; a dynamic τ sweep; S2D2 routers at B ∈ {4, 16}."""
+    """AR; static B ∈ {4, 8, 16} with steps B and B/2; a dynamic τ sweep; S2D2 routers at B ∈ {4, 16}.
+
+    The S2D2 routers use the paper's stochastic acceptance; one greedy-acceptance
+    variant per block size shows the exact mode (output identical to AR).
+    """
     common = dict(max_new_tokens=max_new_tokens)
     grid = {"AR": DecodeConfig(method="ar", **common)}
     for B in (4, 8, 16):
@@ -62,6 +66,7 @@ def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
         layout = dict(block_length=B, steps=B, **common)
         grid[f"S2D2 B={B} score c=1"] = preset_config("sdar-a", **layout)
         grid[f"S2D2 B={B} always (c=0)"] = preset_config("sdar-b", **layout)
+        grid[f"S2D2 B={B} always, greedy acceptance"] = preset_config("sdar-b", **layout, verify=dict(acceptance="greedy"))
         grid[f"S2D2 B={B} hysteresis"] = preset_config("hysteresis", **layout)
         grid[f"S2D2 B={B} min span {B // 2}"] = preset_config("min-span", **layout, verify=dict(tau_span=B // 2))
     return grid

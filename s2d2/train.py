@@ -9,7 +9,7 @@ solves. The block size is drawn per batch from the trained sizes; at size 1 the
 objective *is* next-token prediction, which is what lets the same weights draft
 (B ≥ 2) and verify (B = 1).
 
-    python -m s2d2.train --out runs/bundled --steps 6000
+    python -m s2d2.train --out runs/bundled --steps 3600
 
 Deterministic for a seed on one machine; ``--resume`` continues from the last
 checkpoint in ``--out``.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationConfig, Qwen3ForCausalLM
+from transformers import AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
 from . import masks
 from .models.sdar import qwen3_config_from_sdar
@@ -42,7 +42,7 @@ class TrainConfig:
     """Everything that determines a training run (saved next to the checkpoint)."""
 
     out: str = "runs/bundled"
-    steps: int = 6000
+    steps: int = 3600
     batch_size: int = 64
     lr: float = 2e-3
     min_lr: float = 1e-4
@@ -226,7 +226,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     state_path = out / "state.pt"
     checkpoint = out / "checkpoint"
 
-    tokenizer = build_tokenizer(cfg)
+    resuming = resume and state_path.exists()
+    # A resumed run keeps the checkpoint's tokenizer: rebuilding it from a
+    # changed data mix would renumber the vocabulary under trained embeddings.
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint) if resuming else build_tokenizer(cfg)
     config = sdar_config(cfg, tokenizer)
     model = Qwen3ForCausalLM(qwen3_config_from_sdar(config)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
@@ -235,11 +238,11 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     block_rng = random.Random(f"blocks:{cfg.seed}")
     step = 0
     log_path = out / "train_log.jsonl"
-    if resume and state_path.exists():
+    if resuming:
         state = torch.load(state_path, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        stream.rng.setstate(state["stream"])
+        stream.rng.setstate(state["stream"])  # a resumed run may change the family weights
         gen.set_state(state["gen"])
         block_rng.setstate(state["blocks"])
         step = state["step"]
@@ -301,10 +304,27 @@ def parse_args(argv=None) -> tuple[TrainConfig, bool]:
         if isinstance(value, (dict, tuple)):
             continue
         parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    parser.add_argument(
+        "--family-weights",
+        type=parse_weights,
+        default=defaults.family_weights,
+        help="share of each task family in the data, e.g. arith=0.6,team=0.4",
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     args = vars(parser.parse_args(argv))
     resume = args.pop("resume")
     return TrainConfig(**args), resume
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``arith=0.6,team=0.4`` → ``{"arith": 0.6, "team": 0.4}`` (known families only)."""
+    weights = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if name not in families():
+            raise argparse.ArgumentTypeError(f"unknown task family {name!r}")
+        weights[name] = float(value)
+    return weights
 
 
 def main(argv=None) -> None:
