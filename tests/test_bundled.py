@@ -38,7 +38,9 @@ def test_tokenizer_round_trips_and_keeps_digits_apart():
     assert tokenizer.decode(tokenizer(free)["input_ids"]) == free
     for token in ("<|mask|>", "<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>"):
         assert token in tokenizer.get_vocab()
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert prompt == "<|user|>Hi<|assistant|>"
 
 
@@ -55,7 +57,10 @@ def test_bundled_model_is_an_sdar_checkpoint_loaded_offline(bundled):
 def test_bundled_model_solves_heldout_word_problems_in_ar_mode(bundled):
     family = get_family("arith")
     problems = family.problems("heldout", 20, seed=4242)
-    solved = sum(family.score(p, generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=64)).text) for p in problems)
+    solved = sum(
+        family.score(p, generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=64)).text)
+        for p in problems
+    )
     assert solved >= 18
 
 

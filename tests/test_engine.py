@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+from helpers import CountingForward, assert_each_token_committed_once, exact_greedy_s2d2, random_prompts
 
 from s2d2 import masks
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
 from s2d2.decode import Decoder, first_masked_span, generate, rule_commits
 from s2d2.sampling import SamplingConfig
-from s2d2.trace import OUTCOMES, Trace
-
-
-def random_prompts(model, n: int, seed: int) -> list[list[int]]:
-    """Random prompts of ordinary tokens, lengths that are rarely a block multiple."""
-    rng = random.Random(seed)
-    special = set(model.tokenizer.all_special_ids)
-    vocab = [i for i in range(len(model.tokenizer)) if i not in special]
-    return [[rng.choice(vocab) for _ in range(rng.randint(3, 21))] for _ in range(n)]
+from s2d2.trace import Trace
 
 
 def session_forward_logits(model, ids: list[int], block_length: int, causal: bool):
@@ -77,17 +68,6 @@ def test_fused_commit_matches_separate_commit_forward(tiny_model):
     assert separate.summary.nfe == fused.summary.nfe + separate.summary.nfe_by_kind["commit"]
 
 
-def exact_greedy_s2d2(block_length: int, sub_block_length: int | None = None) -> DecodeConfig:
-    return DecodeConfig(
-        method="s2d2",
-        block_length=block_length,
-        sub_block_length=sub_block_length,
-        cache_ver=True,
-        max_new_tokens=24,
-        verify=VerifyConfig(policy="always", acceptance="greedy"),
-    )
-
-
 @pytest.mark.parametrize("block_length, sub_block_length", [(4, None), (8, None), (8, 4)])
 def test_exact_greedy_s2d2_matches_ar_decoding(tiny_model, block_length, sub_block_length):
     ar = DecodeConfig(method="ar", max_new_tokens=24)
@@ -118,25 +98,6 @@ def test_ar_costs_one_forward_per_token(tiny_model):
     assert trace.summary.nfe_by_kind == {"prefill": 1, "draft": 10, "verify": 0, "commit": 0}
 
 
-class CountingForward:
-    """Wraps the network's forward to count real model calls."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, 0
-        self.inner = model.model.forward
-
-    def __enter__(self):
-        def counted(*args, **kwargs):
-            self.calls += 1
-            return self.inner(*args, **kwargs)
-
-        self.model.model.forward = counted
-        return self
-
-    def __exit__(self, *exc):
-        self.model.model.forward = self.inner
-
-
 METHOD_CONFIGS = [
     DecodeConfig(method="ar", max_new_tokens=30),
     DecodeConfig(method="static", block_length=8, steps=4, max_new_tokens=30),
@@ -160,16 +121,7 @@ def test_every_generated_token_is_committed_once_and_nfe_counts_model_calls(tiny
     with CountingForward(tiny_model) as counter:
         trace = Decoder(tiny_model, config).run(prompt)
     assert trace.summary.nfe == counter.calls == len(trace.forwards)
-    commits = {}
-    for step in trace.steps:
-        for p in step.committed:
-            assert p.outcome in OUTCOMES
-            assert p.position not in commits, f"position {p.position} committed twice"
-            commits[p.position] = p.committed
-    generated = len(trace.output_ids)
-    assert [commits[i] for i in range(generated)] == trace.output_ids
-    assert trace.summary.generated_tokens == generated
-    assert sum(trace.summary.committed_by_outcome.values()) == generated
+    assert_each_token_committed_once(trace)
     if config.method != "s2d2":
         assert trace.summary.nfe_by_kind["verify"] == 0
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY
+from helpers import CountingForward, assert_each_token_committed_once, exact_greedy_s2d2, random_prompts
 from safetensors.torch import save_file
-from test_engine import CountingForward, random_prompts
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
@@ -370,23 +370,15 @@ def test_verifier_equals_sequential_block_size_one_forwards(model, span_start, s
         assert (q[k] - expected).abs().max().item() <= 1e-5
 
 
-def exact_greedy_s2d2(block_length: int, sub_block_length: int | None = None) -> DecodeConfig:
-    return DecodeConfig(
-        method="s2d2",
-        block_length=block_length,
-        sub_block_length=sub_block_length,
-        cache_ver=True,
-        max_new_tokens=16,
-        verify=VerifyConfig(policy="always", acceptance="greedy"),
-    )
-
-
 @pytest.mark.parametrize("block_length, sub_block_length", [(4, None), (8, 4)])
 def test_exact_greedy_s2d2_matches_ar_decoding(model, block_length, sub_block_length):
     ar = DecodeConfig(method="ar", max_new_tokens=16)
     for prompt in random_prompts(model, 10, seed=block_length):
         expected = generate(model, prompt, ar).output_ids
-        assert generate(model, prompt, exact_greedy_s2d2(block_length, sub_block_length)).output_ids == expected
+        assert (
+            generate(model, prompt, exact_greedy_s2d2(block_length, sub_block_length, max_new_tokens=16)).output_ids
+            == expected
+        )
 
 
 DECODERS = [
@@ -409,8 +401,6 @@ def test_every_decoder_commits_each_token_once_and_counts_every_model_call(model
     with CountingForward(model) as counter:
         trace = Decoder(model, config).run(prompt)
     assert trace.summary.nfe == counter.calls == len(trace.forwards)
-    committed = {p.position: p.committed for step in trace.steps for p in step.committed}
-    assert sum(len(step.committed) for step in trace.steps) == len(committed)
-    assert [committed[i] for i in range(len(trace.output_ids))] == trace.output_ids
+    assert_each_token_committed_once(trace)
     if config.method == "ar":
         assert trace.summary.nfe_by_kind["draft"] == len(trace.output_ids)
