@@ -15,6 +15,8 @@ from .figures import FONT, empty_figure
 GROUP_STYLE = {
     "AR": ("#64748b", "star"),
     "static": ("#f59e0b", "square"),
+    "dynamic B=4": ("#93c5fd", "circle"),
+    "dynamic B=16": ("#2563eb", "circle"),
     "dynamic": ("#3b82f6", "circle"),
     "S2D2": ("#16a34a", "diamond"),
 }
@@ -25,8 +27,9 @@ AXES = {
 
 
 def method_group(name: str) -> str:
-    for group in ("AR", "static", "dynamic", "S2D2"):
-        if name.startswith(group):
+    """Marker group of a method; each dynamic block size is its own τ sweep, drawn as a line."""
+    for group in GROUP_STYLE:
+        if name == group or name.startswith(group + " ") or (group == "dynamic" and name.startswith("dynamic")):
             return group
     return "S2D2"
 
@@ -45,7 +48,7 @@ def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.
             go.Scatter(
                 x=[r[key] for r in members],
                 y=[100 * r["accuracy"] for r in members],
-                mode="markers+lines" if group == "dynamic" else "markers",
+                mode="markers+lines" if group.startswith("dynamic") else "markers",
                 line=dict(color=color, width=1, dash="dot"),
                 marker=dict(color=color, symbol=symbol, size=12, line=dict(color="white", width=1)),
                 name=group,
@@ -102,7 +105,7 @@ def load_summary(path: str | Path) -> dict:
 
 def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
     """HTML always; PNG too when a Chrome/Chromium is available to kaleido."""
-    subtitle = f"{meta.get('problems_per_family')} problems per family · {Path(str(meta.get('model'))).name}"
+    subtitle = f"{meta.get('problems_per_family')} problems per family · {meta.get('model_name') or Path(str(meta.get('model'))).name} model"
     browser = shutil.which("chromium") or shutil.which("google-chrome")
     if browser:
         os.environ.setdefault("BROWSER_PATH", browser)

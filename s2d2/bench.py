@@ -221,6 +221,7 @@ def main(argv=None) -> None:
     merged = [ProblemResult(**r) for i in range(world) for r in json.loads((shards / f"rank{i}.json").read_text())]
     meta = {
         "model": args.model,
+        "model_name": model.name,
         "problems_per_family": args.problems,
         "families": family_names,
         "processes": world,

@@ -9,10 +9,15 @@ solves. The block size is drawn per batch from the trained sizes; at size 1 the
 objective *is* next-token prediction, which is what lets the same weights draft
 (B ≥ 2) and verify (B = 1).
 
-    python -m s2d2.train --out runs/bundled --steps 3600
+The bundled model (``assets/model``) is two runs of this script: 2750 steps of
+a 3600-step schedule with 80% word problems, then a resumed run to 5000 steps
+with 40% team picks, the family that had not been learned yet:
+
+    python -m s2d2.train --out runs/bundled --steps 3600 --stop-after 2750
+    python -m s2d2.train --out runs/bundled --steps 5000 --family-weights arith=0.6,team=0.4 --resume
 
 Deterministic for a seed on one machine; ``--resume`` continues from the last
-checkpoint in ``--out``.
+checkpoint in ``--out`` (with the checkpoint's tokenizer).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class TrainConfig:
     eval_every: int = 500
     eval_problems: int = 50
     checkpoint_every: int = 250
+    stop_after: int = 0  # end the run at this step (0: at --steps); the schedule still follows --steps
 
 
 class ProblemStream:
@@ -256,7 +262,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     bar = progress_bar(cfg.steps, "train", initial=step)
     start = time.time()
     model.train()
-    while step < cfg.steps:
+    last = min(cfg.steps, cfg.stop_after or cfg.steps)
+    while step < last:
         block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
         texts = [next(stream) for _ in range(cfg.batch_size)]
         ids, targets, loss_mask = make_batch(texts, tokenizer, block_length, mask_id, eos_id, gen)
@@ -276,7 +283,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
             "block_length": block_length,
             "seconds": round(time.time() - start, 1),
         }
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        if step % cfg.checkpoint_every == 0 or step == last:
             model.eval()
             save_checkpoint(model, tokenizer, config, cfg, checkpoint)
             torch.save(
@@ -284,7 +291,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
                  "gen": gen.get_state(), "blocks": block_rng.getstate(), "step": step},
                 state_path,
             )  # fmt: skip
-            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            if cfg.eval_every and (step % cfg.eval_every == 0 or step == last):
                 entry["ar_accuracy"] = evaluate_ar(checkpoint, cfg.eval_problems, device)
                 bar.write(
                     f"step {step}: AR accuracy {entry['ar_accuracy']:.2f} on {cfg.eval_problems} held-out problems"
