@@ -370,7 +370,8 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
     fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
     fig.update_xaxes(title_text="generated position", range=[-0.5, n - 0.5])
     fig.update_layout(legend=dict(orientation="h", y=-0.18, x=0))
-    return _layout(fig, "Where the verifier disagreed with the drafter", min(620, 170 + 22 * len(verified)))
+    fig = _layout(fig, "Where the verifier disagreed with the drafter", min(640, 200 + 22 * len(verified)))
+    return fig.update_layout(margin=dict(t=90))
 
 
 # -- router ------------------------------------------------------------------
@@ -458,6 +459,8 @@ def router_figure(trace: Trace) -> go.Figure:
     fig.update_yaxes(title_text="tokens / score", row=1, col=1)
     fig.update_yaxes(title_text="committed", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title_text="step (S2D2 run)", row=2, col=1)
+    stride = max(1, len(x) // 24)
+    fig.update_xaxes(tickmode="array", tickvals=x[::stride], ticktext=labels[::stride])
     fig.update_layout(legend=dict(orientation="h", y=-0.2, x=0), barmode="overlay")
     return _layout(fig, f"Router: {routes[0].policy} policy", 460)
 

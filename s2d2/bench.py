@@ -66,7 +66,9 @@ def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
         layout = dict(block_length=B, steps=B, **common)
         grid[f"S2D2 B={B} score c=1"] = preset_config("sdar-a", **layout)
         grid[f"S2D2 B={B} always (c=0)"] = preset_config("sdar-b", **layout)
-        grid[f"S2D2 B={B} always, greedy acceptance"] = preset_config("sdar-b", **layout, verify=dict(acceptance="greedy"))
+        grid[f"S2D2 B={B} always, greedy acceptance"] = preset_config(
+            "sdar-b", **layout, verify=dict(acceptance="greedy")
+        )
         grid[f"S2D2 B={B} hysteresis"] = preset_config("hysteresis", **layout)
         grid[f"S2D2 B={B} min span {B // 2}"] = preset_config("min-span", **layout, verify=dict(tau_span=B // 2))
     return grid

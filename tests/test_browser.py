@@ -58,16 +58,18 @@ def test_run_an_example_and_replay_the_trajectory(page):
     examples = json.loads((ROOT / "assets" / "examples.json").read_text())
     from playwright.sync_api import expect
 
-    page.get_by_text(examples[3][:40]).first.click()
-    expect(page.locator("#prompt textarea")).to_have_value(examples[3], timeout=15_000)
+    team = next(e for e in examples if e.startswith("Pick two"))
+    page.get_by_text(team[:40]).first.click()
+    expect(page.locator("#prompt textarea")).to_have_value(team, timeout=15_000)
+    # The page opens on a saved comparison, whose note is in the status line; a
+    # finished run empties it (while a run is pending, the progress overlay fills it).
+    expect(page.locator("#status")).to_contain_text("saved run", timeout=15_000)
     page.screenshot(path=str(SHOTS / "01-start.png"), full_page=True)
 
     start = time.perf_counter()
     page.click("#run")
-    page.wait_for_function(
-        "() => document.querySelector('#headline') && document.querySelector('#headline').innerText.includes('forwards')",
-        timeout=60_000,
-    )
+    page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=60_000)
+    expect(page.locator("#text-s2d2")).to_contain_text("team", timeout=5_000)
     wait_plot(page, "plot-trajectory-s2d2")
     wait_plot(page, "plot-trajectory-baseline")
     rendered = {"trajectory": time.perf_counter() - start}
