@@ -104,11 +104,12 @@ class ModelCache:
         self._models: dict[str, BlockDiffusionModel] = {}
         self._lock = threading.Lock()
 
-    def get(self, source: str) -> BlockDiffusionModel:
+    def get(self, source: str, announce: Callable[[str], None] | None = None) -> BlockDiffusionModel:
+        """The loaded model; ``announce`` hears its size and memory estimate before a first load."""
         source = source or DEFAULT_MODEL
         with self._lock:
             if source not in self._models:
-                model = load_model(source)
+                model = load_model(source, announce=announce)
                 generate(model, "warm up", DecodeConfig(method="s2d2", block_length=4, max_new_tokens=8))
                 self._models[source] = model
             return self._models[source]

@@ -290,8 +290,7 @@ def run_comparison(model_source: str, prompt: str, *values, request: gr.Request 
     try:
         prompt = check_prompt(prompt)
         configs = build_configs(Settings(*values))
-        progress(0.0, desc="loading model")
-        model = MODELS.get(model_source)
+        model = MODELS.get(model_source, announce=lambda line: progress(0.0, desc=line))
 
         def on_run(name: str, done: int, total: int) -> None:
             index = RUN_NAMES.index(name)
