@@ -386,46 +386,30 @@ def router_figure(trace: Trace) -> go.Figure:
     labels = [f"b{s.block}·s{s.step}" for _, s in routed]
     routes = [s.route for _, s in routed]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.07)
-    fig.add_trace(
-        go.Scatter(
+
+    def series(values: list, name: str, color: str, short: str) -> go.Scatter:
+        return go.Scatter(
             x=x,
-            y=[r.expected_accepted for r in routes],
+            y=values,
             mode="lines+markers",
-            name="E[K] expected accepted",
-            line=dict(color="#0ea5e9"),
+            name=name,
+            line=dict(color=color),
             customdata=labels,
-            hovertemplate="%{customdata}: E[K]=%{y:.2f}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Bar(
-            x=x,
-            y=[r.span_length for r in routes],
-            name="span length",
-            marker_color="#cbd5e1",
-            opacity=0.6,
-            customdata=labels,
-            hovertemplate="%{customdata}: span %{y}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    if any(r.score is not None for r in routes):
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[r.score for r in routes],
-                mode="lines+markers",
-                name="score s",
-                line=dict(color="#f59e0b"),
-                customdata=labels,
-                hovertemplate="%{customdata}: s=%{y:.2f}<extra></extra>",
-            ),
-            row=1,
-            col=1,
+            hovertemplate="%{customdata}: " + short + "=%{y:.2f}<extra></extra>",
         )
+
+    fig.add_trace(
+        series([r.expected_accepted for r in routes], "E[K] expected accepted", "#0ea5e9", "E[K]"), row=1, col=1
+    )
+    spans = [r.span_length for r in routes]
+    fig.add_trace(
+        go.Bar(x=x, y=spans, name="span length", marker_color="#cbd5e1", opacity=0.6, customdata=labels,
+               hovertemplate="%{customdata}: span %{y}<extra></extra>"),
+        row=1,
+        col=1,
+    )  # fmt: skip
+    if any(r.score is not None for r in routes):
+        fig.add_trace(series([r.score for r in routes], "score s", "#f59e0b", "s"), row=1, col=1)
     for name, value in routes[0].thresholds.items():
         label = f"{name.replace('tau_', 'τ_')} = {value:g}"
         fig.add_hline(
