@@ -24,12 +24,14 @@ class SpanVerdict:
 
     ``accepted`` is the length of the accepted prefix; ``correction`` is the
     token committed at the first rejected position (meaningless when every
-    draft was accepted). ``ratio``, ``energy`` and ``residual_mass`` are per
+    draft was accepted). ``q_draft`` (the verifier's probability of each draft),
+    ``ratio``, ``energy`` and ``residual_mass`` are per
     span position, for the trace.
     """
 
     accepted: torch.Tensor
     correction: torch.Tensor
+    q_draft: torch.Tensor
     ratio: torch.Tensor
     energy: torch.Tensor
     residual_mass: torch.Tensor
@@ -117,6 +119,7 @@ def verify_drafts(
     return SpanVerdict(
         accepted=accepted,
         correction=correction[0],
+        q_draft=q_x,
         ratio=q_x / p_x.clamp_min(torch.finfo(p_x.dtype).tiny),
         energy=residual_energy(p_x, q_x),
         residual_mass=residual.sum(dim=-1),

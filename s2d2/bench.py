@@ -83,11 +83,9 @@ def tiny_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
 
 
 def parallel_state():
-    """``(rank, world size, barrier)`` from accelerate when launched by it, else a single process."""
-    try:
-        from accelerate import PartialState
-    except ImportError:
-        return 0, 1, lambda: None
+    """``(rank, world size, barrier)`` from accelerate: several processes under ``accelerate launch``, else one."""
+    from accelerate import PartialState
+
     state = PartialState(cpu=not torch.cuda.is_available())
     return state.process_index, state.num_processes, state.wait_for_everyone
 

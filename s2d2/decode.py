@@ -211,7 +211,7 @@ class Decoder:
             prompt=prompt_text,
             prompt_ids=list(prompt_ids),
             output_ids=generated,
-            output_tokens=self.model.token_strings(generated),
+            output_tokens=[token_text[str(t)] for t in generated],
             text=self.model.tokenizer.decode(text_ids, skip_special_tokens=True),
             stop_reason=stop_reason,
             forwards=self.forwards,
@@ -389,8 +389,7 @@ class Decoder:
         drafted[rows] = draft.tokens[rows]
         q = logits_to_probs(self.model.verify_span(session, drafted, span_start, span_length), cfg.sampling)
         verdict = verify_drafts(draft.tokens[rows], draft.probs[rows], q, self.generator, cfg.verify.acceptance)
-        q_draft = q.gather(-1, draft.tokens[rows, None]).squeeze(-1)
-        per_position = torch.stack([q_draft, verdict.ratio, verdict.energy, verdict.residual_mass]).T.tolist()
+        per_position = torch.stack([verdict.q_draft, verdict.ratio, verdict.energy, verdict.residual_mass]).T.tolist()
         accepted, correction = torch.stack([verdict.accepted, verdict.correction]).tolist()
         committed: dict[int, int] = {}
         for offset, (q_x, ratio, energy, mass) in enumerate(per_position):
