@@ -1,0 +1,31 @@
+"""S2D2: self-speculative decoding for block-diffusion language models.
+
+The public API::
+
+    from s2d2 import config_from_settings, generate, load_model
+
+    model = load_model()                      # the bundled model; or a directory / Hub id
+    trace = generate(model, "Zoe has 7 books. Tom gives her 12 more. How many books does Zoe have now?",
+                     config_from_settings("sdar-b", acceptance="greedy"))
+    print(trace.text, trace.summary.nfe)
+"""
+
+from .config import PRESETS, DecodeConfig, VerifyConfig, config_from_settings, preset_config
+from .decode import generate
+from .models import DEFAULT_MODEL, ModelLoadError, load_model
+from .sampling import SamplingConfig
+from .trace import Trace
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PRESETS",
+    "DecodeConfig",
+    "ModelLoadError",
+    "SamplingConfig",
+    "Trace",
+    "VerifyConfig",
+    "config_from_settings",
+    "generate",
+    "load_model",
+    "preset_config",
+]

@@ -295,3 +295,28 @@ def preset_config(name: str, **overrides) -> DecodeConfig:
             settings[key] = {**settings.get(key, {}), **overrides.pop(key)}
     settings.update(overrides)
     return DecodeConfig.from_dict(settings)
+
+
+def config_from_settings(preset: str | None = None, **settings) -> DecodeConfig:
+    """A :class:`DecodeConfig` from flat setting names (``block_length=16, acceptance="greedy",
+    temperature=0.7``): each name is a field of :class:`DecodeConfig`, :class:`VerifyConfig`
+    or :class:`SamplingConfig`, applied on top of ``preset`` (or the defaults)."""
+    sections = {"verify": VerifyConfig, "sampling": SamplingConfig}
+    owner = {f.name: key for key, cls in sections.items() for f in dataclasses.fields(cls)}
+    top = {f.name for f in dataclasses.fields(DecodeConfig)} - set(sections)
+    grouped: dict = {"verify": {}, "sampling": {}}
+    flat: dict = {}
+    for name, value in settings.items():
+        if name in owner:
+            grouped[owner[name]][name] = value
+        elif name in top:
+            flat[name] = value
+        else:
+            raise ValueError(f"unknown setting {name!r}")
+    if preset is not None:
+        return preset_config(preset, **flat, **{k: v for k, v in grouped.items() if v})
+    base = DecodeConfig().to_dict()
+    base.update(flat)
+    for key, values in grouped.items():
+        base[key] = {**base[key], **values}
+    return DecodeConfig.from_dict(base)
