@@ -23,16 +23,17 @@ class SpanVerdict:
     """Outcome of verifying a span of drafts, all tensors on the model's device.
 
     ``accepted`` is the length of the accepted prefix; ``correction`` is the
-    token committed at the first rejected position (meaningless when every
-    draft was accepted). ``q_draft`` (the verifier's probability of each draft),
-    ``ratio``, ``energy`` and ``residual_mass`` are per
-    span position, for the trace.
+    token to commit at the first rejected position (meaningless when every
+    draft was accepted). ``q_draft`` (the verifier's probability of each
+    draft), ``ratio`` (the acceptance probability ``min(1, (q/p)^γ)``),
+    ``energy`` and ``residual_mass`` are per span position, for the trace.
     """
 
     accepted: torch.Tensor
     correction: torch.Tensor
     q_draft: torch.Tensor
     ratio: torch.Tensor
+    accept_probability: torch.Tensor
     energy: torch.Tensor
     residual_mass: torch.Tensor
 
@@ -49,47 +50,17 @@ def residual_mass(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (q - p).clamp_min(0).sum(dim=-1)
 
 
-def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Normalised ``(q - p)+`` per row, falling back to ``q`` where it is empty."""
-    return _normalise_residual((q - p).clamp_min(0), q)
+def accept_probability(ratio: torch.Tensor, tempering: float = 1.0) -> torch.Tensor:
+    """``min(1, (q(x)/p(x))^γ)``: the chance a draft is accepted; ``γ = 1`` is exact speculative sampling."""
+    return (ratio if tempering == 1.0 else ratio.pow(tempering)).clamp_max(1.0)
 
 
-def _normalise_residual(residual: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    total = residual.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, residual / total.clamp_min(torch.finfo(q.dtype).tiny), q)
-
-
-def _accepts(drafts, p_x, q_x, q, generator, mode: str) -> torch.Tensor:
-    """Per-row decisions: ``u · p(x) < q(x)`` (stochastic) or ``x == argmax q`` (greedy)."""
-    if mode == "greedy":
-        return drafts == q.argmax(dim=-1)
-    return uniform(drafts.shape[0], generator, drafts.device) * p_x < q_x
-
-
-def _gather(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    return probs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def speculative_accept(
-    drafts: torch.Tensor,
-    p: torch.Tensor,
-    q: torch.Tensor,
-    generator: torch.Generator,
-    mode: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise accept decisions and replacement tokens, every row independent.
-
-    Returns ``(accept, replacement)``: whether each row's draft passes, and the
-    token to commit in its place if it does not. ``stochastic`` accepts with
-    probability ``min(1, q(x)/p(x))`` and resamples from the residual, even when
-    the drafts were argmax (the paper's behaviour at temperature 0); ``greedy``
-    accepts iff the draft is ``argmax q`` and otherwise substitutes ``argmax q``,
-    which is exact block-size-1 greedy decoding.
-    """
-    accept = _accepts(drafts, _gather(p, drafts), _gather(q, drafts), q, generator, mode)
-    if mode == "greedy":
-        return accept, q.argmax(dim=-1)
-    return accept, sample(residual_distribution(p, q), generator, greedy=False)
+def draft_ratios(drafts: torch.Tensor, p: torch.Tensor, q: torch.Tensor, tempering: float = 1.0):
+    """Per row: ``p(x)``, ``q(x)``, ``q/p`` and the acceptance probability ``min(1, (q/p)^γ)``."""
+    p_x = p.gather(-1, drafts[:, None]).squeeze(-1)
+    q_x = q.gather(-1, drafts[:, None]).squeeze(-1)
+    ratio = q_x / p_x.clamp_min(1e-12)
+    return p_x, q_x, ratio, accept_probability(ratio, tempering)
 
 
 def verify_drafts(
@@ -98,14 +69,24 @@ def verify_drafts(
     q: torch.Tensor,
     generator: torch.Generator,
     mode: str,
+    tempering: float = 1.0,
 ) -> SpanVerdict:
     """Walk a span left to right: keep the accepted prefix, correct the first rejection.
 
-    Decisions are made for every row at once and the prefix is found with a
-    cumulative product; only the first rejected row is resampled. No host sync.
+    ``stochastic`` accepts each draft with probability ``min(1, (q/p)^γ)`` and
+    resamples the first rejected position from the normalised residual
+    ``(q − p)+`` (``q`` itself where the residual is empty), even when the
+    drafts were argmax (the paper's behaviour at temperature 0). ``greedy``
+    accepts iff the draft is ``argmax q`` and corrects with ``argmax q``: exact
+    block-size-1 greedy decoding. Decisions are made for every row at once and
+    the prefix is found with a cumulative product; only the first rejected row
+    is resampled. No host sync.
     """
-    p_x, q_x = _gather(p, drafts), _gather(q, drafts)
-    accept = _accepts(drafts, p_x, q_x, q, generator, mode)
+    p_x, q_x, ratio, probability = draft_ratios(drafts, p, q, tempering)
+    if mode == "greedy":
+        accept = drafts == q.argmax(dim=-1)
+    else:
+        accept = uniform(drafts.shape[0], generator, drafts.device) < probability
     accepted = accept.long().cumprod(dim=0).sum()
     first_rejection = accepted.clamp_max(drafts.shape[0] - 1).reshape(1)
     residual = (q - p).clamp_min(0)
@@ -113,14 +94,15 @@ def verify_drafts(
     if mode == "greedy":
         correction = q_row.argmax(dim=-1)
     else:
-        correction = sample(
-            _normalise_residual(residual.index_select(0, first_rejection), q_row), generator, greedy=False
-        )
+        row = residual.index_select(0, first_rejection)
+        total = row.sum(dim=-1, keepdim=True)
+        correction = sample(torch.where(total > 0, row / total.clamp_min(1e-30), q_row), generator, greedy=False)
     return SpanVerdict(
         accepted=accepted,
         correction=correction[0],
         q_draft=q_x,
-        ratio=q_x / p_x.clamp_min(torch.finfo(p_x.dtype).tiny),
+        ratio=ratio,
+        accept_probability=probability,
         energy=residual_energy(p_x, q_x),
         residual_mass=residual.sum(dim=-1),
     )

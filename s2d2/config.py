@@ -12,21 +12,14 @@ import json
 from dataclasses import dataclass, field
 
 from .acceptance import ACCEPTANCE_MODES
+from .fields import check_choice, check_declared, setting
 from .policies import ESTIMATORS, POLICIES, SCORE_TYPES
 from .sampling import SamplingConfig
 
-METHODS = ("ar", "static", "dynamic", "s2d2")
-COMMIT_RULES = ("static", "dynamic")
-
-
-def _check_unit(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+METHODS = ("ar", "static", "dynamic", "entropy_bounded", "s2d2")
+COMMIT_RULES = ("static", "dynamic", "entropy_bounded")
+ACCOUNTINGS = ("fused", "official")
+UCB_ENTROPY_SOURCES = ("span", "masked")
 
 
 @dataclass(frozen=True)
@@ -37,33 +30,61 @@ class VerifyConfig:
     ``T = 1``, static score with ``c = 1`` and ``τ_score = 0``.
     """
 
-    policy: str = "score"
-    acceptance: str = "stochastic"
-    estimator: str = "soft_entropy_negexp"
-    entropy_temperature: float = 1.0
-    margin: float = 0.05
-    confidence_power: float = 0.8
-    score: str = "static"
-    c: float = 1.0
-    tau_score: float = 0.0
-    tau_on: float = 1.0
-    tau_off: float = -5.0
-    tau_span: int = 1
-    ucb_beta: float = 1.0
-    ucb_bins: tuple[int, int, int] = (2, 2, 2)
+    policy: str = setting("score", "Routing policy", "when a verification is worth a forward", choices=POLICIES,
+                          group="verifier")
+    acceptance: str = setting(
+        "stochastic", "Acceptance",
+        "stochastic: accept with min(1, (q/p)^γ) as in the paper; greedy: accept iff the draft is the AR argmax (exact)",
+        choices=ACCEPTANCE_MODES, group="verifier")
+    estimator: str = setting("soft_entropy_negexp", "Acceptance estimator",
+                             "how the router guesses α_i, the chance a draft is accepted", choices=ESTIMATORS,
+                             group="verifier")
+    entropy_temperature: float = setting(1.0, "Entropy temperature T", "soft_entropy_negexp: α = exp(−T·H/log V)",
+                                         minimum=1e-6, group="advanced")
+    margin: float = setting(0.05, "Margin m", "hard_margin: α = 1[top1 − top2 > m]", minimum=0.0, maximum=1.0,
+                            group="advanced")
+    margin_coef: float = setting(1.0, "Margin coefficient", "soft_clipped_linear_margin: α = clip(k·(top1 − top2))",
+                                 minimum=0.0, group="advanced")
+    confidence_power: float = setting(0.8, "Confidence power k", "soft_confidence: α = p(x)^k", minimum=1e-6,
+                                      group="advanced")
+    entropy_threshold: float = setting(0.1, "Entropy threshold", "hard_entropy_threshold: α = 1[H/log V < threshold]",
+                                       minimum=0.0, maximum=1.0, group="advanced")
+    score: str = setting("static", "Score", "static: s = E[K] − c; dynamic: s = E[K] − c·n_high", choices=SCORE_TYPES,
+                         group="verifier")
+    c: float = setting(1.0, "c (penalty)", "the score's penalty coefficient", group="verifier")
+    tau_score: float = setting(0.0, "τ_score", "score policy: verify iff s ≥ τ_score", group="verifier")
+    tau_on: float = setting(1.0, "τ_on", "hysteresis: OFF→ON when s > τ_on (strict, as in the official experiments)",
+                            group="verifier")
+    tau_off: float = setting(-5.0, "τ_off", "hysteresis: ON→OFF when s < τ_off", group="verifier")
+    tau_span: int = setting(1, "τ_span (minimum span)", "min_span policy: verify iff the span has ≥ τ_span masks",
+                            minimum=1, maximum=1024, group="verifier")
+    ucb_beta: float = setting(1.0, "UCB β", "exploration bonus of the UCB router", minimum=0.0, group="advanced")
+    ucb_bins: tuple[int, int, int] = setting((2, 2, 2), "UCB bins", "bins for span length, block progress, entropy",
+                                             group="advanced")
+    ucb_entropy_source: str = setting("span", "UCB entropy source",
+                                      "the UCB context's entropy: of the span, or of every masked position",
+                                      choices=UCB_ENTROPY_SOURCES, group="advanced")
+    allow_resample: bool = setting(
+        True, "Resample on rejection",
+        "off: a rejected draft is not replaced by a (q − p)+ sample (the span's own draft is committed, or, "
+        "for Fast-dLLM v2, the diffusion rule decides)", group="advanced")
+    ratio_tempering: float = setting(1.0, "Ratio tempering γ",
+                                     "accept with min(1, (q/p)^γ); γ < 1 accepts more (no longer exact)",
+                                     minimum=0.0, maximum=10.0, group="advanced")
+    ratio_threshold: float | None = setting(
+        None, "Ratio threshold", "also commit drafts after the first rejection whose q/p ratio reaches this (empty = off)",
+        minimum=0.0, group="advanced")
+    threshold_all_spans: bool = setting(False, "Ratio threshold on all spans",
+                                        "apply the ratio threshold to every masked position of the block, not just the span",
+                                        group="advanced")
+    always_check_high_confidence: bool = setting(
+        False, "Commit confident drafts outside the span",
+        "after verifying, also commit every remaining draft whose confidence exceeds τ", group="advanced")
 
     def __post_init__(self) -> None:
-        _check_choice("policy", self.policy, POLICIES)
-        _check_choice("acceptance mode", self.acceptance, ACCEPTANCE_MODES)
-        _check_choice("acceptance estimator", self.estimator, ESTIMATORS)
-        _check_choice("score type", self.score, SCORE_TYPES)
+        check_declared(self)
         if self.tau_on <= self.tau_off:
             raise ValueError(f"hysteresis needs tau_on > tau_off, got tau_on={self.tau_on}, tau_off={self.tau_off}")
-        if self.tau_span < 1:
-            raise ValueError(f"tau_span (minimum span) must be >= 1, got {self.tau_span}")
-        if self.entropy_temperature <= 0 or self.confidence_power <= 0:
-            raise ValueError("estimator temperature and confidence power must be > 0")
-        _check_unit("margin", self.margin)
         if self.ucb_beta < 0 or len(self.ucb_bins) != 3 or min(self.ucb_bins) < 1:
             raise ValueError("ucb_beta must be >= 0 and ucb_bins three counts >= 1")
 
@@ -84,35 +105,55 @@ class DecodeConfig:
     ``max_post_steps`` editing-only passes may follow once a block is full. ``s2d2_rule`` is the
     diffusion rule S2D2 uses when the router skips verification. AR is block
     size 1 with one step, whatever the block settings say.
+
+    ``accounting`` says how finished blocks are stored: ``fused`` (the default)
+    rides the commit on the next forward, so AR costs one forward per token;
+    ``official`` spends forwards and checks stop tokens exactly as each family's
+    official code does (docs/ALGORITHM.md).
     """
 
-    method: str = "s2d2"
-    block_length: int = 4
-    sub_block_length: int | None = None
-    steps: int | None = None
-    threshold: float = 0.9
-    s2d2_rule: str = "dynamic"
-    max_new_tokens: int = 128
+    method: str = setting("s2d2", "Method", "ar, a diffusion baseline, or S2D2", choices=METHODS, group="method")
+    block_length: int = setting(4, "Block length B", "tokens per block (the unit of the KV cache)", minimum=1,
+                                maximum=1024, step=1)
+    sub_block_length: int | None = setting(
+        None, "Sub-block length", "decode blocks in sub-blocks of this size (Fast-dLLM v2); empty = the whole block",
+        minimum=1, maximum=1024, step=1)
+    steps: int | None = setting(None, "Steps per (sub-)block",
+                                "denoising steps; the static rule commits B / steps tokens per step (empty = B)",
+                                minimum=1, maximum=1024, step=1)
+    threshold: float = setting(0.9, "Confidence threshold τ", "dynamic rule: commit every draft with confidence > τ",
+                               minimum=0.0, maximum=1.0, step=0.05)
+    eb_threshold: float = setting(0.35, "Entropy budget", "entropy_bounded rule: commit the least uncertain drafts "
+                                  "while their summed entropy stays within this budget", minimum=0.0, step=0.05)
+    s2d2_rule: str = setting("dynamic", "S2D2 diffusion rule", "what S2D2 commits when it skips verification",
+                             choices=COMMIT_RULES, group="method")
+    max_new_tokens: int = setting(128, "Max new tokens", "generation budget", minimum=1, maximum=1 << 20, step=8,
+                                  group="sampling")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
-    cache_ver: bool = False
-    draft_ver: bool = False
-    fuse_commit: bool = True
-    edit_threshold: float | None = None
-    max_post_steps: int = 0
-    seed: int = 0
+    cache_ver: bool = setting(False, "cache_ver (causal KV)", "store committed blocks with a causal mask (AR-like)",
+                              group="verifier")
+    draft_ver: bool = setting(False, "draft_ver", "committed rows of the current block attend causally while drafting",
+                              group="verifier")
+    accounting: str = setting("fused", "Forward accounting",
+                              "fused: commits ride on the next forward; official: the official code's forwards and stops",
+                              choices=ACCOUNTINGS, group="advanced")
+    edit_threshold: float | None = setting(
+        None, "Edit threshold τ_edit", "LLaDA2.x: rewrite a committed token when a later draft is this confident "
+        "(empty = no editing)", minimum=0.0, maximum=1.0)
+    max_post_steps: int = setting(0, "Post-edit steps", "editing-only passes after a block is full", minimum=0,
+                                  maximum=1024, group="advanced")
+    seed: int = setting(0, "Seed", "random seed (sampling and stochastic acceptance)", minimum=0, maximum=2**63 - 1,
+                        group="sampling")
 
     def __post_init__(self) -> None:
-        _check_choice("method", self.method, METHODS)
-        _check_choice("S2D2 diffusion rule", self.s2d2_rule, COMMIT_RULES)
+        check_declared(self)
         if self.method == "ar":
             for name in ("block_length", "sub_block_length", "steps"):
                 object.__setattr__(self, name, 1)
-        if self.block_length < 1:
-            raise ValueError(f"block length must be >= 1, got {self.block_length}")
         if self.sub_block_length is None:
             object.__setattr__(self, "sub_block_length", self.block_length)
-        if self.sub_block_length < 1 or self.block_length % self.sub_block_length:
+        if self.block_length % self.sub_block_length:
             raise ValueError(
                 f"sub-block length must divide the block length ({self.block_length}), got {self.sub_block_length}"
             )
@@ -122,20 +163,13 @@ class DecodeConfig:
             raise ValueError(
                 f"steps must be between 1 and the (sub-)block length ({self.sub_block_length}), got {self.steps}"
             )
-        _check_unit("threshold τ", self.threshold)
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max new tokens must be >= 1, got {self.max_new_tokens}")
-        if self.edit_threshold is not None:
-            _check_unit("edit threshold τ_edit", self.edit_threshold)
-        if self.max_post_steps < 0:
-            raise ValueError(f"max post steps must be >= 0, got {self.max_post_steps}")
 
     @property
     def commit_rule(self) -> str:
         """The diffusion commit rule: what the baseline does, and S2D2 when it skips."""
         if self.method == "s2d2":
             return self.s2d2_rule
-        return "dynamic" if self.method == "dynamic" else "static"
+        return self.method if self.method in COMMIT_RULES else "static"
 
     def schedule(self) -> list[int]:
         """Tokens per step of the static schedule: ``B // S``, the remainder first."""
@@ -168,7 +202,7 @@ class Preset:
     settings: dict
 
 
-# The paper's configurations (spec section 7), all with soft_entropy_negexp;
+# The paper's configurations (docs/ALGORITHM.md), all with soft_entropy_negexp;
 # "hysteresis" and "min-span" are the Fast-dLLM v2 routers at the bundled model's B=16.
 PRESETS = {
     p.name: p

@@ -1,26 +1,30 @@
-"""The step machinery and the decoders: AR, static, dynamic and S2D2.
+"""The step machinery and the decoders: AR, the diffusion baselines and S2D2.
 
-All four methods are one loop. A block starts as mask tokens; each step runs a
-*draft forward* (fused with the commit of the previous block, spec section 6),
-then commits tokens either with the diffusion rule (static count or confidence
-threshold) or, for S2D2, by verifying the first masked span with the same model
-at block size 1 and accepting or resampling (spec section 3). AR is the same
-loop at block size 1, so it costs one forward per token.
+All methods are one loop. A block starts as mask tokens; each step runs a
+*draft forward*, then commits tokens either with the diffusion rule (static
+count, confidence threshold or entropy budget) or, for S2D2, in the paper's
+order: **route** (is verification worth a forward?) → **verify span** (one
+forward gives the block-size-1 distributions of the first masked span) →
+**accept or resample** → **fallback** (the diffusion rule, if too few tokens
+were committed). AR is the same loop at block size 1 (docs/ALGORITHM.md).
 
-Decisions are made on the host over at most ``B`` positions after one transfer
-per step; everything over the vocabulary stays in tensor ops on the device.
+Each step function returns what it decided; :meth:`Decoder._record_step` is
+the one place that writes the trace. Decisions are made on the host over at
+most ``B`` positions after one transfer per step; everything over the
+vocabulary stays in tensor ops on the device.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from . import trace as tr
-from .acceptance import verify_drafts
+from .acceptance import draft_ratios, residual_energy, residual_mass, verify_drafts
 from .config import DecodeConfig
 from .models.base import BlockDiffusionModel, KVSession
 from .policies import (
@@ -31,6 +35,8 @@ from .policies import (
     normalized_entropy,
 )
 from .sampling import logits_to_probs, sample
+
+Commits = dict[int, tuple[int, str]]  # block position -> (token, outcome)
 
 
 class DecodeCancelled(Exception):
@@ -54,7 +60,7 @@ def first_masked_span(masked: list[bool]) -> tuple[int, int] | None:
 
 
 def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
-    """Positions the diffusion rule commits among ``candidates``.
+    """Positions the static or dynamic diffusion rule commits among ``candidates``.
 
     ``static`` takes the ``k`` most confident; ``dynamic`` takes every
     candidate whose confidence exceeds ``threshold`` if there are at least ``k``
@@ -65,6 +71,19 @@ def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: s
         if len(confident) >= k:
             return confident
     return sorted(candidates, key=lambda i: -confidence[i])[:k]
+
+
+def entropy_bounded_commits(entropy: list[float], candidates: list[int], k: int, budget: float) -> list[int]:
+    """SDAR's ``entropy_bounded`` rule: the least uncertain drafts first, as many
+    as fit in the entropy ``budget`` (at least one, at most ``k``)."""
+    ordered = sorted(candidates, key=lambda i: entropy[i])
+    total, fits = 0.0, 0
+    for i in ordered:
+        total += entropy[i]
+        if total >= budget:
+            break
+        fits += 1
+    return ordered[: max(1, min(fits, k))]
 
 
 @dataclass
@@ -82,6 +101,7 @@ class BlockState:
     masked: list[bool]
     active: list[bool]
     tokens: torch.Tensor
+    decoded: int = 0  # tokens committed in this block so far
 
     @classmethod
     def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> BlockState:
@@ -97,7 +117,7 @@ class BlockState:
     def first_generated(self) -> int:
         return max(0, -self.offset)
 
-    def set(self, tokens: dict[int, int]) -> None:
+    def write(self, tokens: dict[int, int]) -> None:
         """Write tokens at block positions (commits or edits) on host and device alike."""
         if not tokens:
             return
@@ -106,6 +126,15 @@ class BlockState:
             self.masked[i] = False
         index = torch.tensor(list(tokens), device=self.tokens.device)
         self.tokens[index] = torch.tensor(list(tokens.values()), device=self.tokens.device)
+
+    def stop_end(self, stops) -> int | None:
+        """Block position after the first committed stop token whose prefix is all committed."""
+        for i in range(self.first_generated, len(self.host)):
+            if self.masked[i]:
+                return None
+            if self.host[i] in stops:
+                return i + 1
+        return None
 
 
 @dataclass
@@ -117,6 +146,31 @@ class Draft:
     confidence: torch.Tensor
     tokens_host: list[int]
     confidence_host: list[float]
+
+
+@dataclass
+class Verification:
+    """What one verifier forward decided, at block positions from ``start`` on.
+
+    ``stats`` holds ``(q(x), q/p, energy, residual mass)`` for every verified
+    position that was still masked; ``commits`` the accepted prefix, the
+    correction and any ratio-threshold accepts.
+    """
+
+    start: int
+    accepted: int
+    commits: Commits
+    stats: dict[int, tuple[float, float, float, float]]
+
+
+@dataclass
+class StepDecision:
+    """Everything one step decided: the commits, and the route and verification behind them."""
+
+    commits: Commits
+    route: tr.RouteRecord | None = None
+    verification: Verification | None = None
+    edits: list[tr.EditRecord] = field(default_factory=list)
 
 
 class Decoder:
@@ -140,6 +194,9 @@ class Decoder:
         self.device = model.device
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.policy = make_policy(config.verify) if config.method == "s2d2" else None
+        self.official = config.accounting == "official"
+        # Where stops are looked for: after every step, or only in complete blocks.
+        self.stop_at_block_end = self.official or model.stop_at_block_end
         self.forwards: list[tr.ForwardRecord] = []
         self.steps: list[tr.StepRecord] = []
         self._where = (-1, 0)
@@ -151,6 +208,21 @@ class Decoder:
         index = len(self.forwards)
         self.forwards.append(tr.ForwardRecord(index, kind, tokens, seconds, *self._where))
         self._step_forwards.append(index)
+
+    def _begin(self, block: BlockState, step: int) -> None:
+        """Forwards from here on belong to ``step`` of ``block``."""
+        if self.should_stop and self.should_stop():
+            raise DecodeCancelled("decoding was cancelled")
+        self._where = (block.index, step)
+        self._step_forwards = []
+
+    def _total_positions(self, prompt_length: int) -> int:
+        """Prompt plus budget; the official code decodes whole blocks, so it rounds up."""
+        total = prompt_length + self.config.max_new_tokens
+        if self.official:
+            B = self.config.block_length
+            total = -(-total // B) * B
+        return total
 
     def _check_prompt(self, prompt_ids: list[int]) -> None:
         if not prompt_ids:
@@ -170,7 +242,7 @@ class Decoder:
         self._check_prompt(prompt_ids)
         cfg, B = self.config, self.config.block_length
         prompt_length = len(prompt_ids)
-        total = prompt_length + cfg.max_new_tokens
+        total = self._total_positions(prompt_length)
         stops = set(self.model.stop_token_ids)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         session = self.model.new_session(self._record_forward)
@@ -185,17 +257,282 @@ class Decoder:
         start, block_index = prefilled, 0
         while start < total:
             block = BlockState.starting(block_index, start, prompt_ids, total, self.model.mask_token_id, B, self.device)
-            pending, end = self._decode_block(session, block, pending, stops)
+            end, step = self._decode_block(session, block, pending, stops)
             generated.extend(block.host[block.first_generated : (end if end is not None else B)])
             if self.on_progress:
-                self.on_progress(len(generated), cfg.max_new_tokens)
+                self.on_progress(min(len(generated), cfg.max_new_tokens), cfg.max_new_tokens)
+            last = start + B >= total
+            pending = self._store_block(session, block, step, last=last, stopped=end is not None)
             if end is not None:
                 stop_reason = "stop_token"
                 break
             start += B
             block_index += 1
         wall = time.perf_counter() - start_time
-        generated = generated[: cfg.max_new_tokens]
+        if not self.official:
+            generated = generated[: cfg.max_new_tokens]
+        return self._trace(prompt_ids, prompt_text, generated, stop_reason, wall)
+
+    def _store_block(self, session: KVSession, block: BlockState, step: int, last: bool, stopped: bool):
+        """Store a finished block's KV; returns the block when its commit rides on the next draft.
+
+        ``official`` spends a commit forward exactly where the family's
+        official code does. ``fused`` stores nothing that nothing will read (the
+        last block, a stopped one) and rides the commit on the next block's
+        first draft, except for families whose commit also predicts the next
+        block's first token (Fast-dLLM v2), which need it before that draft.
+        """
+        if self.official:
+            needed = self.model.official_commit(last_block=last, stopped=stopped)
+        else:
+            needed = not (last or stopped)
+            if needed and not self.model.next_token_from_commit:
+                return block.tokens
+        if needed:
+            self._begin(block, step)
+            self.model.commit_forward(session, block.tokens, self.config.cache_ver)
+        return None
+
+    def _decode_block(self, session: KVSession, block: BlockState, pending, stops) -> tuple[int | None, int]:
+        """Decode one block in place; returns (block position just after a stop token or None, next step).
+
+        Sub-blocks are decoded left to right; with an edit threshold, up to
+        ``max_post_steps`` editing-only passes follow.
+        """
+        cfg = self.config
+        width, size = cfg.sub_block_length, len(block.masked)
+        step = 0
+        if self.model.next_token_from_commit and block.masked[0] and session.next_row is not None:
+            self._commit_next_token(session, block)
+            step = 1
+        for window_start in range(0, size, width):
+            window = range(window_start, window_start + width)
+            window_step = 0
+            while any(block.masked[i] for i in window):
+                candidates = [m and i in window for i, m in enumerate(block.masked)]
+                self._step(session, block, step, window_step, candidates, pending)
+                pending = None
+                step, window_step = step + 1, window_step + 1
+                end = None if self.stop_at_block_end else block.stop_end(stops)
+                if end is not None:
+                    return end, step
+        for _ in range(cfg.max_post_steps if cfg.edit_threshold is not None else 0):
+            edits = self._step(session, block, step, 0, [False] * size, pending)
+            pending = None
+            step += 1
+            end = None if self.stop_at_block_end else block.stop_end(stops)
+            if end is not None:
+                return end, step
+            if not edits:
+                break
+        return block.stop_end(stops), step
+
+    def _commit_next_token(self, session: KVSession, block: BlockState) -> None:
+        """Commit block position 0 from the row that predicts it (Fast-dLLM v2), before any draft."""
+        self._begin(block, 0)
+        probs = logits_to_probs(session.next_row[None], self.config.sampling)
+        token = sample(probs, self.generator, self.config.sampling.greedy)
+        token_id, p = int(token), float(probs[0, token])
+        block.write({0: token_id})
+        block.decoded += 1
+        position = tr.PositionRecord(block.offset, token_id, p, outcome=tr.CARRIED, committed=token_id)
+        self.steps.append(tr.StepRecord(block.index, 0, block.offset, [], [position]))
+
+    def _step(
+        self, session: KVSession, block: BlockState, step: int, window_step: int, candidates: list[bool], pending
+    ) -> int:
+        """One draft forward and what it commits among ``candidates``; returns the edit count."""
+        cfg = self.config
+        self._begin(block, step)
+        causal_prefix = 0
+        if cfg.draft_ver:
+            causal_prefix = block.masked.index(True) if any(block.masked) else len(block.masked)
+        logits = self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix)
+        draft = self._draft(logits)
+        edits = self._edits(draft, block) if cfg.edit_threshold is not None else []
+        block.write({e.position - block.offset: e.new for e in edits})
+        n_candidates = sum(candidates)
+        k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], n_candidates)
+        if self.policy is not None:
+            decision = self._s2d2_step(session, block, draft, candidates, k_min)
+        else:
+            decision = StepDecision(self._fallback(draft, candidates, {}, k_min, tr.THRESHOLD))
+        decision.edits = edits
+        block.write({i: token for i, (token, _) in decision.commits.items()})
+        block.decoded += len(decision.commits)
+        self._record_step(block, step, draft, candidates, decision)
+        return len(edits)
+
+    def _record_step(
+        self, block: BlockState, step: int, draft: Draft, candidates: list[bool], decision: StepDecision
+    ) -> None:
+        """The one place a step's record is written: drafts, verifier view, outcomes, route, edits."""
+        verification = decision.verification
+        positions = []
+        for i, candidate in enumerate(candidates):
+            if not candidate:
+                continue
+            pos = tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i])
+            if verification is not None and i in verification.stats:
+                pos.q, pos.ratio, pos.energy, pos.residual_mass = verification.stats[i]
+            if i in decision.commits:
+                pos.committed, pos.outcome = decision.commits[i]
+            positions.append(pos)
+        self.steps.append(
+            tr.StepRecord(
+                block.index,
+                step,
+                block.offset,
+                self._step_forwards,
+                positions,
+                route=decision.route,
+                accepted=None if verification is None else verification.accepted,
+                edits=decision.edits,
+            )
+        )
+
+    def _edits(self, draft: Draft, block: BlockState) -> list[tr.EditRecord]:
+        """Committed answer tokens the new draft replaces (LLaDA2's editing, τ_edit).
+
+        A committed position is rewritten, not re-masked, when the draft now
+        prefers another token with confidence above the edit threshold.
+        """
+        return [
+            tr.EditRecord(i + block.offset, block.host[i], draft.tokens_host[i], draft.confidence_host[i])
+            for i in range(block.first_generated, len(block.host))
+            if not block.masked[i]
+            and block.active[i]
+            and draft.tokens_host[i] != block.host[i]
+            and draft.confidence_host[i] > self.config.edit_threshold
+        ]
+
+    def _draft(self, logits: torch.Tensor) -> Draft:
+        probs = logits_to_probs(logits, self.config.sampling)
+        tokens = sample(probs, self.generator, self.config.sampling.greedy)
+        confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
+        return Draft(probs, tokens, confidence, tokens.tolist(), confidence.tolist())
+
+    def _fallback(self, draft: Draft, candidates: list[bool], commits: Commits, k: int, outcome: str) -> Commits:
+        """The diffusion rule on the candidates not committed yet, until ``k`` tokens are committed in all."""
+        cfg = self.config
+        left = [i for i, c in enumerate(candidates) if c and i not in commits]
+        need = k - len(commits)
+        if need <= 0 or not left:
+            return commits
+        if cfg.commit_rule == "entropy_bounded":
+            entropy = (normalized_entropy(draft.probs) * math.log(draft.probs.shape[-1])).tolist()
+            chosen = entropy_bounded_commits(entropy, left, need, cfg.eb_threshold)
+        else:
+            chosen = rule_commits(draft.confidence_host, left, need, cfg.commit_rule, cfg.threshold)
+        return {**commits, **{i: (draft.tokens_host[i], outcome) for i in chosen}}
+
+    # -- S2D2: route → verify span → accept or resample → fallback ----------
+
+    def _s2d2_step(
+        self, session: KVSession, block: BlockState, draft: Draft, candidates: list[bool], k_min: int
+    ) -> StepDecision:
+        """One S2D2 step over the ``candidates`` (the current sub-block's masks)."""
+        v = self.config.verify
+        span = first_masked_span(candidates)
+        route = self.policy.decide(self._route_context(draft, block, candidates, span))
+        verification = None
+        commits: Commits = {}
+        if route.verify and span is not None:
+            verification = self._verify_span(session, block, draft, candidates, span)
+            commits = dict(verification.commits)
+        if v.always_check_high_confidence:
+            threshold = self.config.threshold
+            commits.update(
+                {
+                    i: (draft.tokens_host[i], tr.CONFIDENT)
+                    for i, c in enumerate(candidates)
+                    if c and i not in commits and draft.confidence_host[i] > threshold
+                }
+            )
+        commits = self._fallback(draft, candidates, commits, k_min, tr.FALLBACK if verification else tr.THRESHOLD)
+        self.policy.observe(route, len(commits))
+        return StepDecision(commits, route=route, verification=verification)
+
+    def _route_context(
+        self, draft: Draft, block: BlockState, candidates: list[bool], span: tuple[int, int] | None
+    ) -> RouteContext:
+        cfg = self.config
+        width = cfg.sub_block_length
+        progress = min(1.0, block.decoded / width)
+        if span is None:
+            return RouteContext(0, 0, width, progress, 0.0, 0, 0.0)
+        span_start, span_length = span
+        rows = slice(span_start, span_start + span_length)
+        alpha = acceptance_estimate(draft.probs[rows], draft.confidence[rows], cfg.verify)
+        stats = [expected_accepted_length(alpha)]
+        if cfg.verify.policy == "ucb":
+            if cfg.verify.ucb_entropy_source == "masked":
+                index = torch.tensor([i for i, c in enumerate(candidates) if c], device=self.device)
+                stats.append(normalized_entropy(draft.probs.index_select(0, index)).mean())
+            else:
+                stats.append(normalized_entropy(draft.probs[rows]).mean())
+        values = torch.stack(stats).tolist()
+        n_high = sum(1 for i, c in enumerate(candidates) if c and draft.confidence_host[i] > cfg.threshold)
+        return RouteContext(
+            span_start=span_start,
+            span_length=span_length,
+            block_length=width,
+            block_progress=progress,
+            expected_accepted=values[0],
+            n_high=n_high,
+            mean_entropy=values[1] if len(values) > 1 else 0.0,
+        )
+
+    def _verify_span(
+        self, session: KVSession, block: BlockState, draft: Draft, candidates: list[bool], span: tuple[int, int]
+    ) -> Verification:
+        """One verifier forward over the span, then accept or resample.
+
+        Commits the accepted prefix and, at the first rejection, the residual
+        sample (or, without resampling, the family's official choice); a ratio
+        threshold adds later drafts of the span (or of every masked candidate)
+        whose acceptance probability reaches it.
+        """
+        v = self.config.verify
+        start, length = span
+        reach = length
+        if v.ratio_threshold is not None and v.threshold_all_spans:
+            reach = max(i for i, c in enumerate(candidates) if c) - start + 1
+        drafted = torch.where(block.tokens == self.model.mask_token_id, draft.tokens, block.tokens)
+        q = logits_to_probs(self.model.verify_span(session, drafted, start, reach), self.config.sampling)
+        rows = slice(start, start + length)
+        verdict = verify_drafts(
+            draft.tokens[rows], draft.probs[rows], q[:length], self.generator, v.acceptance, v.ratio_tempering
+        )
+        columns = [verdict.q_draft, verdict.ratio, verdict.energy, verdict.residual_mass, verdict.accept_probability]
+        if reach > length:  # the ratio threshold looks past the span
+            extra = slice(start + length, start + reach)
+            p, q_rest = draft.probs[extra], q[length:]
+            p_x, q_x, ratio, probability = draft_ratios(draft.tokens[extra], p, q_rest, v.ratio_tempering)
+            more = [q_x, ratio, residual_energy(p_x, q_x), residual_mass(p, q_rest), probability]
+            columns = [torch.cat([a, b]) for a, b in zip(columns, more)]
+        table = torch.stack(columns).T.tolist()
+        accepted, correction = torch.stack([verdict.accepted, verdict.correction]).tolist()
+        commits: Commits = {start + k: (draft.tokens_host[start + k], tr.ACCEPTED) for k in range(accepted)}
+        if accepted < length:
+            rejected = start + accepted
+            if v.allow_resample:
+                commits[rejected] = (correction, tr.RESAMPLED)
+            elif self.model.keep_rejected_draft:
+                commits[rejected] = (draft.tokens_host[rejected], tr.KEPT)
+        if v.ratio_threshold is not None:
+            for k in range(reach):
+                i = start + k
+                if candidates[i] and i not in commits and table[k][4] >= v.ratio_threshold:
+                    commits[i] = (draft.tokens_host[i], tr.RATIO)
+        stats = {start + k: tuple(row[:4]) for k, row in enumerate(table) if candidates[start + k]}
+        return Verification(start, accepted, commits, stats)
+
+    # -- the record --------------------------------------------------------
+
+    def _trace(self, prompt_ids, prompt_text, generated, stop_reason, wall) -> tr.Trace:
+        cfg = self.config
+        stops = set(self.model.stop_token_ids)
         summary = tr.summarize(self.forwards, self.steps, len(generated), wall)
         text_ids = [t for t in generated if t not in stops]
         seen = sorted(
@@ -219,192 +556,6 @@ class Decoder:
             summary=summary,
             token_text=token_text,
         )
-
-    def _decode_block(
-        self, session: KVSession, block: BlockState, pending, stops
-    ) -> tuple[torch.Tensor | None, int | None]:
-        """Decode one block in place. Returns ``(block to commit next, stop end or None)``.
-
-        Sub-blocks are decoded left to right; with an edit threshold, up to
-        ``max_post_steps`` editing-only passes follow. The returned end is the
-        block position just after a committed stop token, if one ended generation.
-        """
-        cfg = self.config
-        width, size = cfg.sub_block_length, len(block.masked)
-        step = 0
-        for window_start in range(0, size, width):
-            window = range(window_start, window_start + width)
-            window_step = 0
-            while any(block.masked[i] for i in window):
-                active = [m and i in window for i, m in enumerate(block.masked)]
-                self._step(session, block, step, window_step, active, pending)
-                pending = None
-                step, window_step = step + 1, window_step + 1
-                end = self._stop_end(block, stops)
-                if end is not None:
-                    return None, end
-        for _ in range(cfg.max_post_steps if cfg.edit_threshold is not None else 0):
-            edits = self._step(session, block, step, 0, [False] * size, None)
-            step += 1
-            end = self._stop_end(block, stops)
-            if end is not None:
-                return None, end
-            if not edits:
-                break
-        if not cfg.fuse_commit:
-            self._where = (block.index, step)
-            self._step_forwards = []
-            self.model.commit_forward(session, block.tokens, cfg.cache_ver)
-            return None, None
-        return block.tokens, None
-
-    def _step(
-        self, session: KVSession, block: BlockState, step: int, window_step: int, active: list[bool], pending
-    ) -> int:
-        """One draft forward and what it commits in the ``active`` positions; returns the edit count."""
-        cfg = self.config
-        if self.should_stop and self.should_stop():
-            raise DecodeCancelled("decoding was cancelled")
-        self._where = (block.index, step)
-        self._step_forwards = []
-        causal_prefix = 0
-        if cfg.draft_ver:
-            causal_prefix = block.masked.index(True) if any(block.masked) else len(block.masked)
-        draft = self._draft(self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix))
-        record = tr.StepRecord(block.index, step, block.offset, self._step_forwards, [])
-        if cfg.edit_threshold is not None:
-            record.edits = self._edits(draft, block)
-            block.set({e.position - block.offset: e.new for e in record.edits})
-        positions = {
-            i: tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i])
-            for i, m in enumerate(active)
-            if m
-        }
-        if positions:
-            k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], len(positions))
-            if self.policy is None:
-                committed = self._commit_by_rule(draft, active, k_min, positions, tr.THRESHOLD)
-            else:
-                committed = self._s2d2_step(
-                    session, block.tokens, draft, active, cfg.sub_block_length, k_min, positions, record
-                )
-            block.set(committed)
-        record.positions = list(positions.values())
-        self.steps.append(record)
-        return len(record.edits)
-
-    def _edits(self, draft: Draft, block: BlockState) -> list[tr.EditRecord]:
-        """Committed answer tokens the new draft replaces (LLaDA2's editing, τ_edit).
-
-        A committed position is rewritten, not re-masked, when the draft now
-        prefers another token with confidence above the edit threshold.
-        """
-        return [
-            tr.EditRecord(i + block.offset, block.host[i], draft.tokens_host[i], draft.confidence_host[i])
-            for i in range(block.first_generated, len(block.host))
-            if not block.masked[i]
-            and block.active[i]
-            and draft.tokens_host[i] != block.host[i]
-            and draft.confidence_host[i] > self.config.edit_threshold
-        ]
-
-    @staticmethod
-    def _stop_end(block: BlockState, stops) -> int | None:
-        """Block position after the first committed stop token whose prefix is all committed."""
-        for i in range(block.first_generated, len(block.host)):
-            if block.masked[i]:
-                return None
-            if block.host[i] in stops:
-                return i + 1
-        return None
-
-    def _draft(self, logits: torch.Tensor) -> Draft:
-        probs = logits_to_probs(logits, self.config.sampling)
-        tokens = sample(probs, self.generator, self.config.sampling.greedy)
-        confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
-        return Draft(probs, tokens, confidence, tokens.tolist(), confidence.tolist())
-
-    def _commit_by_rule(
-        self, draft: Draft, masked: list[bool], k: int, positions: dict, outcome: str
-    ) -> dict[int, int]:
-        """Commit drafts with the diffusion rule; returns ``{block position: token}``."""
-        candidates = [i for i, m in enumerate(masked) if m]
-        chosen = rule_commits(draft.confidence_host, candidates, k, self.config.commit_rule, self.config.threshold)
-        for i in chosen:
-            positions[i].outcome = outcome
-            positions[i].committed = draft.tokens_host[i]
-        return {i: draft.tokens_host[i] for i in chosen}
-
-    # -- S2D2 --------------------------------------------------------------
-
-    def _route_context(
-        self, draft: Draft, masked: list[bool], width: int, span_start: int, span_length: int
-    ) -> RouteContext:
-        cfg = self.config
-        rows = slice(span_start, span_start + span_length)
-        alpha = acceptance_estimate(draft.probs[rows], draft.confidence[rows], cfg.verify)
-        stats = [expected_accepted_length(alpha)]
-        if cfg.verify.policy == "ucb":
-            stats.append(normalized_entropy(draft.probs[rows]).mean())
-        values = torch.stack(stats).tolist()
-        n_high = sum(1 for i, m in enumerate(masked) if m and draft.confidence_host[i] > cfg.threshold)
-        return RouteContext(
-            span_start=span_start,
-            span_length=span_length,
-            block_length=width,
-            block_progress=1.0 - sum(masked) / width,
-            expected_accepted=values[0],
-            n_high=n_high,
-            mean_entropy=values[1] if len(values) > 1 else 0.0,
-        )
-
-    def _s2d2_step(
-        self, session: KVSession, block, draft: Draft, masked, width, k_min, positions, record
-    ) -> dict[int, int]:
-        """Route, verify the first masked span, accept or resample, then fall back if needed.
-
-        ``masked`` marks the positions this step may commit (the current
-        sub-block's masks); ``width`` is the sub-block length.
-        """
-        span_start, span_length = first_masked_span(masked)
-        route = self.policy.decide(self._route_context(draft, masked, width, span_start, span_length))
-        record.route = route
-        if not route.verify:
-            committed = self._commit_by_rule(draft, masked, k_min, positions, tr.THRESHOLD)
-        else:
-            committed = self._verify(session, block, draft, span_start, span_length, positions, record)
-            if len(committed) < k_min:
-                remaining = [m and i not in committed for i, m in enumerate(masked)]
-                committed.update(self._commit_by_rule(draft, remaining, k_min - len(committed), positions, tr.FALLBACK))
-        self.policy.observe(route, len(committed))
-        return committed
-
-    def _verify(
-        self, session, block, draft: Draft, span_start: int, span_length: int, positions, record
-    ) -> dict[int, int]:
-        """One verifier forward over the span; commits the accepted prefix and one correction."""
-        cfg = self.config
-        rows = slice(span_start, span_start + span_length)
-        drafted = block.clone()
-        drafted[rows] = draft.tokens[rows]
-        q = logits_to_probs(self.model.verify_span(session, drafted, span_start, span_length), cfg.sampling)
-        verdict = verify_drafts(draft.tokens[rows], draft.probs[rows], q, self.generator, cfg.verify.acceptance)
-        per_position = torch.stack([verdict.q_draft, verdict.ratio, verdict.energy, verdict.residual_mass]).T.tolist()
-        accepted, correction = torch.stack([verdict.accepted, verdict.correction]).tolist()
-        committed: dict[int, int] = {}
-        for offset, (q_x, ratio, energy, mass) in enumerate(per_position):
-            i = span_start + offset
-            pos = positions[i]
-            pos.q, pos.ratio, pos.energy, pos.residual_mass = q_x, ratio, energy, mass
-            if offset < accepted:
-                pos.outcome, pos.committed = tr.ACCEPTED, pos.token
-            elif offset == accepted:
-                pos.outcome, pos.committed = tr.RESAMPLED, correction
-            else:
-                continue
-            committed[i] = pos.committed
-        record.accepted = accepted
-        return committed
 
 
 def generate(

@@ -17,7 +17,14 @@ import torch
 
 from .trace import RouteRecord
 
-ESTIMATORS = ("soft_entropy_negexp", "hard_margin", "soft_confidence")
+ESTIMATORS = (
+    "soft_entropy_negexp",
+    "hard_margin",
+    "soft_confidence",
+    "hard_entropy_threshold",
+    "soft_clipped_linear_margin",
+    "soft_renyi_2_entropy",
+)
 POLICIES = ("always", "min_span", "score", "hysteresis", "ucb")
 SCORE_TYPES = ("static", "dynamic")
 
@@ -28,20 +35,34 @@ def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
     return entropy / math.log(probs.shape[-1])
 
 
+def _top2_margin(probs: torch.Tensor) -> torch.Tensor:
+    top2 = probs.topk(2, dim=-1).values
+    return top2[:, 0] - top2[:, 1]
+
+
 def acceptance_estimate(probs: torch.Tensor, confidence: torch.Tensor, verify) -> torch.Tensor:
     """Per-position acceptance estimates ``α_i`` of the span's drafts.
 
     ``probs`` are the drafter's rows for the span, ``confidence`` the
     probability of each drafted token, ``verify`` the :class:`VerifyConfig`.
+    The names are the official code's, except ``hard_margin`` (its
+    ``hard_margin_threshold``) and ``soft_confidence`` (``soft_confidence_power``).
     """
-    if verify.estimator == "soft_entropy_negexp":
+    name = verify.estimator
+    if name == "soft_entropy_negexp":
         return torch.exp(-verify.entropy_temperature * normalized_entropy(probs))
-    if verify.estimator == "hard_margin":
-        top2 = probs.topk(2, dim=-1).values
-        return (top2[:, 0] - top2[:, 1] > verify.margin).float()
-    if verify.estimator == "soft_confidence":
+    if name == "hard_entropy_threshold":
+        return (normalized_entropy(probs) < verify.entropy_threshold).float()
+    if name == "hard_margin":
+        return (_top2_margin(probs) > verify.margin).float()
+    if name == "soft_clipped_linear_margin":
+        return (verify.margin_coef * _top2_margin(probs)).clamp(0, 1)
+    if name == "soft_confidence":
         return confidence.clamp(0, 1) ** verify.confidence_power
-    raise ValueError(f"unknown acceptance estimator {verify.estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    if name == "soft_renyi_2_entropy":
+        # exp(-H_2) = Σ p²: the chance two independent draws agree.
+        return probs.square().sum(dim=-1).clamp(0, 1)
+    raise ValueError(f"unknown acceptance estimator {name!r}; choose one of {', '.join(ESTIMATORS)}")
 
 
 def expected_accepted_length(alpha: torch.Tensor) -> torch.Tensor:
@@ -51,7 +72,14 @@ def expected_accepted_length(alpha: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class RouteContext:
-    """What a policy may look at when a step's span is known."""
+    """What a policy may look at when a step's span is known.
+
+    ``span_length`` is 0 in LLaDA2's editing-only steps, where nothing is
+    masked: the score is then ``-inf`` (hysteresis turns OFF), as in the
+    official code. ``block_progress`` is the share of the (sub-)block decoded
+    in this block so far (tokens committed here over its length, the official
+    definition); ``mean_entropy`` is the UCB context's entropy.
+    """
 
     span_start: int
     span_length: int
@@ -78,6 +106,8 @@ class Policy(ABC):
         """Reward feedback after the step; only learning policies use it."""
 
     def _record(self, ctx: RouteContext, verify: bool, **extra) -> RouteRecord:
+        if "score" in extra and not math.isfinite(extra["score"]):
+            extra["score"] = None  # an empty span's -inf; JSON has no infinity
         return RouteRecord(
             policy=self.name,
             verify=verify,
@@ -94,6 +124,8 @@ class Policy(ABC):
         ``n_high`` is what the diffusion rule would commit for free this step,
         so the dynamic score asks whether verification beats it.
         """
+        if ctx.span_length == 0:
+            return -math.inf
         penalty = self.verify.c * (ctx.n_high if self.verify.score == "dynamic" else 1)
         return ctx.expected_accepted - penalty
 
@@ -127,8 +159,10 @@ class ScoreThresholdPolicy(Policy):
 class HysteresisPolicy(Policy):
     """An ON/OFF switch with two thresholds, kept across steps and blocks.
 
-    It starts OFF, turns ON when ``s ≥ τ_on`` and OFF again when ``s < τ_off``;
-    ``τ_on > τ_off`` keeps it from flickering on noisy scores.
+    It starts OFF, turns ON when ``s > τ_on`` and OFF again when ``s < τ_off``;
+    ``τ_on > τ_off`` keeps it from flickering on noisy scores. The OFF→ON test
+    is strict, as in the official experiments (the paper writes ``≥``); the
+    difference shows with the hard estimators, whose E[K] is an integer.
     """
 
     name = "hysteresis"
@@ -140,7 +174,7 @@ class HysteresisPolicy(Policy):
     def decide(self, ctx):
         s = self.score(ctx)
         before = self.on
-        self.on = s >= self.verify.tau_off if before else s >= self.verify.tau_on
+        self.on = s >= self.verify.tau_off if before else s > self.verify.tau_on
         return self._record(
             ctx,
             self.on,
@@ -177,7 +211,7 @@ class UCBPolicy(Policy):
 
     def bucket(self, ctx: RouteContext) -> int:
         span_bins, progress_bins, entropy_bins = self.verify.ucb_bins
-        span = self._bin(ctx.span_length, 1, ctx.block_length, span_bins)
+        span = self._bin(max(1, ctx.span_length), 1, ctx.block_length, span_bins)
         progress = self._bin(ctx.block_progress, 0.0, 1.0, progress_bins)
         entropy = self._bin(ctx.mean_entropy, 0.0, 1.0, entropy_bins)
         return (span * progress_bins + progress) * entropy_bins + entropy

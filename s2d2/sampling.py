@@ -12,22 +12,21 @@ from dataclasses import dataclass
 
 import torch
 
+from .fields import check_declared, setting
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
     """How tokens are drawn from a distribution. ``temperature == 0`` is greedy."""
 
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
+    temperature: float = setting(0.0, "Temperature", "0 = greedy drafts (argmax)", minimum=0.0, maximum=10.0,
+                                 step=0.05, group="sampling")
+    top_k: int = setting(0, "Top-k", "keep the k most likely tokens (0 = off)", minimum=0, group="sampling")
+    top_p: float = setting(1.0, "Top-p", "keep the smallest set of tokens reaching this mass", minimum=1e-6,
+                           maximum=1.0, step=0.05, group="sampling")
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.temperature <= 10.0:
-            raise ValueError(f"temperature must be in [0, 10], got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        check_declared(self)
 
     @property
     def greedy(self) -> bool:

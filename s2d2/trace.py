@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 FORWARD_KINDS = ("prefill", "draft", "verify", "commit")
 
@@ -19,7 +19,11 @@ ACCEPTED = "accepted"  # drafted by diffusion, accepted by the AR verifier
 RESAMPLED = "resampled"  # draft rejected by the verifier, replaced from the residual
 THRESHOLD = "threshold"  # committed by the diffusion rule (confidence threshold or static count)
 FALLBACK = "fallback"  # committed by the diffusion rule after a verification committed too few
-OUTCOMES = (THRESHOLD, ACCEPTED, RESAMPLED, FALLBACK)
+CARRIED = "carried"  # a block's first token, from the row of the forward before it (Fast-dLLM v2)
+KEPT = "kept"  # draft rejected by the verifier and committed as it is (no resampling)
+RATIO = "ratio"  # draft after the first rejection whose acceptance ratio reached the ratio threshold
+CONFIDENT = "confident"  # draft outside the verified span committed for its confidence (always_check_high_confidence)
+OUTCOMES = (THRESHOLD, ACCEPTED, RESAMPLED, FALLBACK, CARRIED, KEPT, RATIO, CONFIDENT)
 
 
 @dataclass
@@ -232,8 +236,43 @@ def summarize(forwards: list[ForwardRecord], steps: list[StepRecord], generated:
         verifications_skipped=sum(not r.verify for r in routed),
         drafts_verified=drafts_verified,
         drafts_accepted=drafts_accepted,
-        rejections=by_outcome[RESAMPLED],
+        rejections=sum(s.accepted < s.route.span_length for s in verified_steps),
         acceptance_rate=drafts_accepted / drafts_verified if drafts_verified else None,
         mean_accepted_length=drafts_accepted / len(verified_steps) if verified_steps else None,
         edits=sum(e.position < generated for s in steps for e in s.edits),
     )
+
+
+_ORDER_MARKS = {
+    THRESHOLD: "t",
+    ACCEPTED: "a",
+    RESAMPLED: "r",
+    FALLBACK: "f",
+    CARRIED: "c",
+    KEPT: "k",
+    RATIO: "x",
+    CONFIDENT: "h",
+}
+
+
+def forward_stats(trace: Trace) -> str:
+    """The decoding order, per block: which positions each step committed and how.
+
+    Like the official ``--forward_stats`` printout, in words: one line per
+    block, steps separated by ``|``, each commit as ``position+mark`` (marks
+    below), and ``[v]`` before a step that ran the verifier. Positions count
+    generated tokens from 0.
+    """
+    legend = ", ".join(f"{mark} {outcome}" for outcome, mark in _ORDER_MARKS.items())
+    lines = [f"decoding order ({legend}; [v] = verified step)"]
+    blocks: dict[int, list[str]] = {}
+    for s in trace.steps:
+        commits = " ".join(f"{p.position}{_ORDER_MARKS[p.outcome]}" for p in s.committed if p.position >= 0)
+        edits = " ".join(f"{e.position}e" for e in s.edits)
+        prefix = "[v] " if s.accepted is not None else ""
+        blocks.setdefault(s.block, []).append(prefix + " ".join(filter(None, [commits, edits])) or "-")
+    for block, steps in blocks.items():
+        lines.append(f"block {block}: " + " | ".join(steps))
+    per_kind = ", ".join(f"{k} {v}" for k, v in trace.summary.nfe_by_kind.items() if v)
+    lines.append(f"forwards: {trace.summary.nfe} ({per_kind})")
+    return "\n".join(lines)

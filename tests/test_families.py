@@ -384,7 +384,7 @@ def test_exact_greedy_s2d2_matches_ar_decoding(model, block_length, sub_block_le
 DECODERS = [
     DecodeConfig(method="ar", max_new_tokens=20),
     DecodeConfig(method="static", block_length=8, steps=4, max_new_tokens=20),
-    DecodeConfig(method="dynamic", block_length=8, threshold=0.3, max_new_tokens=20, fuse_commit=False),
+    DecodeConfig(method="dynamic", block_length=8, threshold=0.3, max_new_tokens=20, accounting="official"),
     preset_config("sdar-a", max_new_tokens=20),
     preset_config("hysteresis", max_new_tokens=20),
     DecodeConfig(method="s2d2", block_length=8, max_new_tokens=20, verify=VerifyConfig(policy="ucb")),
@@ -402,5 +402,9 @@ def test_every_decoder_commits_each_token_once_and_counts_every_model_call(model
         trace = Decoder(model, config).run(prompt)
     assert trace.summary.nfe == counter.calls == len(trace.forwards)
     assert_each_token_committed_once(trace)
-    if config.method == "ar":
+    if config.method == "ar" and model.next_token_from_commit:
+        # Each token comes from the row of the forward that stored the one before it.
+        assert trace.summary.nfe_by_kind["draft"] == 0
+        assert trace.summary.committed_by_outcome["carried"] == len(trace.output_ids)
+    elif config.method == "ar":
         assert trace.summary.nfe_by_kind["draft"] == len(trace.output_ids)

@@ -1,7 +1,7 @@
 """The one interface every model family implements, and the KV session it works on.
 
 A decoder sees a block-diffusion model only through four forwards
-(spec section 1 and 3):
+(docs/ALGORITHM.md):
 
 - ``prefill``: store the prompt's KV;
 - ``draft_forward``: denoise the current block (KV not stored), optionally
@@ -19,7 +19,10 @@ Every family runs through a stock transformers class, and the mechanics of
 that (explicit additive 4D masks, explicit positions, a ``DynamicCache`` that
 is cropped after a forward whose KV must not stay) live here, together with
 the prefill and the unfused commit, which are the same for all families.
-Adapters differ in how they draft and verify.
+Adapters differ in how they draft and verify, in how they recognise and convert
+their checkpoints (:meth:`BlockDiffusionModel.matches`,
+:meth:`BlockDiffusionModel.stock_config`), and in a few decoding conventions of
+their official code, declared as class attributes.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -68,13 +71,36 @@ class KVSession:
     cache: object
     record: ForwardRecorder
     stored: int = 0
-    carry: dict = field(default_factory=dict)
+    next_row: torch.Tensor | None = None  # right-shifted families: the row predicting the next block's first token
 
 
 class BlockDiffusionModel(ABC):
-    """A loaded block-diffusion LM plus its tokenizer, behind the engine's interface."""
+    """A loaded block-diffusion LM plus its tokenizer, behind the engine's interface.
+
+    A family is one subclass. It declares how it recognises its ``config.json``
+    (:meth:`matches`), the stock transformers class and config that run it
+    (``stock_class``, :meth:`stock_config`), and its decoding conventions:
+
+    - ``next_token_from_commit``: the forward that stores a block's KV also
+      predicts the next block's first token, which is committed from that row
+      before the next block's first draft (Fast-dLLM v2's right shift);
+    - ``stop_at_block_end``: stop tokens are looked for only once a block is
+      complete, because later edits may still rewrite them (LLaDA2.x);
+    - ``keep_rejected_draft``: without resampling (``allow_resample=False``)
+      the official code commits a rejected draft as it is (SDAR), or leaves the
+      position to the diffusion rule (Fast-dLLM v2);
+    - :meth:`official_commit`: whether the family's official code spends a
+      commit forward on a finished block (``accounting="official"``).
+    """
 
     family: str = ""
+    stock_class: type = None
+    strict_weights = False  # refuse a checkpoint whose parameters do not all match the stock class
+    default_mask_token_id: int | None = None
+    default_stop_token_ids: tuple[int, ...] = ()
+    next_token_from_commit = False
+    stop_at_block_end = False
+    keep_rejected_draft = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, mask_token_id: int, stop_token_ids: list[int], name: str):
         self.model = model.eval()
@@ -87,6 +113,46 @@ class BlockDiffusionModel(ABC):
         first = next(self.model.parameters())
         self.device: torch.device = first.device
         self.dtype: torch.dtype = first.dtype
+
+    @staticmethod
+    @abstractmethod
+    def matches(config: dict) -> bool:
+        """Whether a checkpoint's ``config.json`` belongs to this family."""
+
+    @staticmethod
+    @abstractmethod
+    def stock_config(config: dict):
+        """The stock transformers config that makes ``stock_class`` compute this family's forward."""
+
+    @staticmethod
+    def trained_block_lengths_of(config: dict) -> tuple[int, ...]:
+        """Block sizes the checkpoint was trained with, when its config says."""
+        return tuple(config.get("block_lengths") or ())
+
+    @classmethod
+    def prepare_loading(cls) -> None:
+        """Anything to register before ``from_pretrained`` (a weight conversion, say)."""
+
+    @classmethod
+    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> BlockDiffusionModel:
+        """The one loader every family shares: stock class, stock config, the family's token ids."""
+        cls.prepare_loading()
+        model = from_pretrained_stock(
+            cls.stock_class, source, cls.stock_config(config), device, dtype, strict=cls.strict_weights, **load_kwargs
+        )
+        mask = mask_token_id(config, tokenizer, default=cls.default_mask_token_id)
+        stops = stop_token_ids(config, tokenizer, defaults=cls.default_stop_token_ids)
+        adapter = cls(model, tokenizer, mask, stops, name)
+        adapter.trained_block_lengths = cls.trained_block_lengths_of(config)
+        return adapter
+
+    def official_commit(self, last_block: bool, stopped: bool) -> bool:
+        """Whether the official code stores a finished block's KV with a forward of its own.
+
+        SDAR's does for every block, the one holding the stop token and the
+        last one included.
+        """
+        return True
 
     @property
     def vocab_size(self) -> int:
@@ -130,7 +196,7 @@ class BlockDiffusionModel(ABC):
         """Verifier logits ``(span_length, V)``: block-size-1 predictions of the span."""
 
     def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool) -> torch.Tensor:
-        """Store ``block``'s KV (the unfused commit), causally or bidirectionally;
+        """Store ``block``'s KV on its own, causally or bidirectionally;
         returns the last position's logit row."""
         n = block.shape[0]
         allowed = masks.causal(n, self.device) if causal else torch.ones(n, n, dtype=torch.bool, device=self.device)

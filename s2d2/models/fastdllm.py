@@ -8,26 +8,20 @@ the block size the model was trained with.
 
 Fast-dLLM v2 keeps the autoregressive convention: the logit at position ``i``
 predicts token ``i + 1``. The decoders want logits aligned with block
-positions, so this adapter shifts them:
+positions, so this adapter shifts them: block position ``i >= 1`` is predicted
+by row ``i - 1`` of the block's own forward (the official code's
+``cat([logits[:, :1], logits[:, :-1]])``).
 
-- block position ``i >= 1`` is predicted by row ``i - 1`` of the block's own
-  forward (the official code's ``cat([logits[:, :1], logits[:, :-1]])``);
-- block position 0 cannot be predicted from inside the block. Its row comes
-  from the forward that stored the tokens just before the block (the prefill's
-  last row, or the last row of the finished block in the fused commit / the
-  commit forward) and is kept in ``session.carry``. Under ``cache_ver`` that
-  forward is causal, so the carried row is exactly the autoregressive
-  distribution of the block's first token.
-
-The official code always takes that first token greedily from the commit
-forward, outside the diffusion steps. Here it is drafted and committed (or
-verified) from the carried row like any other position; as the carried row
-*is* the AR distribution, S2D2 always accepts it, and with greedy sampling the
-result is the same token the official code appends.
+Block position 0 cannot be predicted from inside the block. As in the
+official code, it comes from the last row of the forward that stored the
+tokens before the block (the prefill, or the commit of the finished block),
+kept in ``session.next_row``, and the decoder commits it *before* the block's
+first draft (greedy: argmax; sampling: a sample of that row), so the first
+draft already sees the real token at position 0 and drafts only B − 1 masks.
+That is why this family's commit forward is never fused into the next draft.
 
 The verifier is a plain causal forward over the block prefix with the drafts
-filled in: its shifted rows are the AR distributions of the span (the span's
-first position, when it is block position 0, is again the carried row).
+filled in: its shifted rows are the AR distributions of the span.
 """
 
 from __future__ import annotations
@@ -36,17 +30,10 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from .. import masks
-from .base import (
-    BlockDiffusionModel,
-    KVSession,
-    from_pretrained_stock,
-    mask_token_id,
-    stop_token_ids,
-)
+from .base import BlockDiffusionModel
 from .sdar import REMOTE_ONLY_FIELDS
 
 FAST_DLLM_MASK_TOKEN_ID = 151665
-NEXT_ROW = "next_token_logits"
 
 
 def qwen2_config_from_fast_dllm(config: dict) -> Qwen2Config:
@@ -62,31 +49,31 @@ class FastDLLMModel(BlockDiffusionModel):
     """Adapter for Fast-dLLM v2: hides the right shift behind block-aligned logits."""
 
     family = "fast_dllm_v2"
+    stock_class = Qwen2ForCausalLM
+    stock_config = staticmethod(qwen2_config_from_fast_dllm)
+    default_mask_token_id = FAST_DLLM_MASK_TOKEN_ID
+    next_token_from_commit = True
+    keep_rejected_draft = False
 
     @staticmethod
     def matches(config: dict) -> bool:
         architectures = " ".join(config.get("architectures") or [])
         return config.get("model_type") == "Fast_dLLM_Qwen" or "Fast_dLLM" in architectures
 
-    @classmethod
-    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> FastDLLMModel:
-        model = from_pretrained_stock(
-            Qwen2ForCausalLM, source, qwen2_config_from_fast_dllm(config), device, dtype, **load_kwargs
-        )
-        mask = mask_token_id(config, tokenizer, default=FAST_DLLM_MASK_TOKEN_ID)
-        adapter = cls(model, tokenizer, mask, stop_token_ids(config, tokenizer), name)
-        adapter.trained_block_lengths = (int(config.get("bd_size", 32)),)
-        return adapter
-
     @staticmethod
-    def _carried_row(session: KVSession, like: torch.Tensor) -> torch.Tensor:
-        """The row predicting block position 0. Without a prefill, the first
-        block starts with a prompt token whose row nobody reads: a flat one will do."""
-        row = session.carry.get(NEXT_ROW)
-        return torch.zeros_like(like) if row is None else row
+    def trained_block_lengths_of(config: dict) -> tuple[int, ...]:
+        return (int(config.get("bd_size", 32)),)
+
+    def official_commit(self, last_block: bool, stopped: bool) -> bool:
+        return not stopped
 
     def prefill(self, session, ids, causal, block_length):
-        session.carry[NEXT_ROW] = super().prefill(session, ids, causal, block_length)
+        session.next_row = super().prefill(session, ids, causal, block_length)
+        return session.next_row
+
+    def commit_forward(self, session, block, causal):
+        session.next_row = super().commit_forward(session, block, causal)
+        return session.next_row
 
     def draft_forward(self, session, block, commit, commit_causal, causal_prefix):
         # With a commit, one more row: the finished block's last, which predicts this block's first token.
@@ -95,31 +82,27 @@ class FastDLLMModel(BlockDiffusionModel):
             session, block, commit, commit_causal, causal_prefix, keep_logits=block.shape[0] + has_commit
         )
         if has_commit:
-            session.carry[NEXT_ROW], rows = rows[0], rows[1:]
-        return torch.cat([self._carried_row(session, rows[0])[None], rows[:-1]])
+            session.next_row, rows = rows[0], rows[1:]
+        first = session.next_row if session.next_row is not None else torch.zeros_like(rows[0])
+        return torch.cat([first[None], rows[:-1]])
 
     def verify_span(self, session, block, span_start, span_length):
         # Row j of a causal forward over the drafted prefix predicts block position j + 1;
-        # block position 0 is the carried row, so a span of just that position needs no forward.
+        # block position 0 is the stored next-token row, so a span of just that position needs no forward.
         span_end = span_start + span_length
         first_predicted = max(span_start, 1)
-        parts = [session.carry[NEXT_ROW][None]] if span_start == 0 else []
+        parts = [session.next_row[None]] if span_start == 0 else []
         if span_end > first_predicted:
             prefix = span_end - 1
-            allowed = masks.causal(prefix, self.device)
-            positions = self._positions(session, prefix)
             parts.append(
                 self._forward(
                     session,
                     "verify",
                     block[:prefix],
-                    positions,
-                    allowed,
+                    self._positions(session, prefix),
+                    masks.causal(prefix, self.device),
                     keep_kv=0,
                     keep_logits=span_end - first_predicted,
                 )
             )
         return torch.cat(parts)
-
-    def commit_forward(self, session, block, causal):
-        session.carry[NEXT_ROW] = super().commit_forward(session, block, causal)

@@ -40,7 +40,6 @@ from transformers.core_model_loading import (
 )
 
 from .aligned import PositionAlignedModel
-from .base import from_pretrained_stock, mask_token_id, stop_token_ids
 
 LLADA2_MASK_TOKEN_ID = 156895
 LLADA2_EOS_TOKEN_ID = 156892
@@ -148,24 +147,30 @@ def glm4_moe_config_from_llada2(config: dict) -> Glm4MoeConfig:
 
 
 class LLaDA2Model(PositionAlignedModel):
+    """LLaDA2.x. Its official decoding looks for EOS only in complete blocks (an
+    edit may still rewrite one), and stores no KV for the last block or a block
+    holding EOS."""
+
     family = "llada2"
+    stock_class = LLaDA2AsGlm4MoeForCausalLM
+    stock_config = staticmethod(glm4_moe_config_from_llada2)
+    strict_weights = True
+    default_mask_token_id = LLADA2_MASK_TOKEN_ID
+    default_stop_token_ids = (LLADA2_EOS_TOKEN_ID,)
+    stop_at_block_end = True
 
     @staticmethod
     def matches(config: dict) -> bool:
         architectures = " ".join(config.get("architectures") or [])
         return config.get("model_type") == "llada2_moe" or "LLaDA2" in architectures
 
+    @staticmethod
+    def trained_block_lengths_of(config: dict) -> tuple[int, ...]:
+        return (LLADA2_BLOCK_LENGTH,)
+
     @classmethod
-    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> LLaDA2Model:
-        register_checkpoint_conversion_mapping(
-            LLaDA2AsGlm4MoeForCausalLM.__name__, llada2_weight_conversion(), overwrite=True
-        )
-        glm = glm4_moe_config_from_llada2(config)
-        model = from_pretrained_stock(
-            LLaDA2AsGlm4MoeForCausalLM, source, glm, device, dtype, strict=True, **load_kwargs
-        )
-        mask = mask_token_id(config, tokenizer, default=LLADA2_MASK_TOKEN_ID)
-        stops = stop_token_ids(config, tokenizer, defaults=(LLADA2_EOS_TOKEN_ID,))
-        adapter = cls(model, tokenizer, mask, stops, name)
-        adapter.trained_block_lengths = (LLADA2_BLOCK_LENGTH,)
-        return adapter
+    def prepare_loading(cls) -> None:
+        register_checkpoint_conversion_mapping(cls.stock_class.__name__, llada2_weight_conversion(), overwrite=True)
+
+    def official_commit(self, last_block: bool, stopped: bool) -> bool:
+        return not (last_block or stopped)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from .aligned import PositionAlignedModel
-from .base import from_pretrained_stock, mask_token_id, stop_token_ids
 
 # Fields of a config.json that describe the remote code, not the network.
 REMOTE_ONLY_FIELDS = ("model_type", "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype")
@@ -31,17 +30,10 @@ def qwen3_config_from_sdar(config: dict) -> Qwen3Config:
 
 class SDARModel(PositionAlignedModel):
     family = "sdar"
+    stock_class = Qwen3ForCausalLM
+    stock_config = staticmethod(qwen3_config_from_sdar)
 
     @staticmethod
     def matches(config: dict) -> bool:
         architectures = " ".join(config.get("architectures") or [])
         return config.get("model_type") == "sdar" or "SDAR" in architectures
-
-    @classmethod
-    def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> SDARModel:
-        model = from_pretrained_stock(
-            Qwen3ForCausalLM, source, qwen3_config_from_sdar(config), device, dtype, **load_kwargs
-        )
-        adapter = cls(model, tokenizer, mask_token_id(config, tokenizer), stop_token_ids(config, tokenizer), name)
-        adapter.trained_block_lengths = tuple(config.get("block_lengths") or ())
-        return adapter

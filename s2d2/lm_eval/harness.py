@@ -1,0 +1,78 @@
+"""``python -m s2d2.lm_eval``: lm-eval's own command line, with the ``s2d2`` model and the project's tasks.
+
+Every flag is lm-eval's (the ``lm-eval run`` subcommand, and ``ls`` / ``validate``);
+this module adds two things:
+
+- the project's task directory (``s2d2_arith``, ``s2d2_team``) as ``--include_path``
+  unless one is given (lm-eval takes a single include path, so with your own the
+  project's tasks are reachable as ``--tasks <path to their YAML>``);
+- the decode metrics: lm-eval's ``simple_evaluate`` is replaced by
+  :func:`simple_evaluate`, which builds the ``s2d2`` model itself so that it can
+  read the model's statistics afterwards and write them into the results before
+  the CLI prints and saves them (:mod:`.metrics`).
+
+Under ``accelerate launch`` lm-eval shards documents over processes through the
+model's ``rank``/``world_size`` and gathers the task metrics on rank 0; the
+decode statistics are gathered the same way, and rank 0 writes the merged results.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .metrics import attach_decode_metrics, merge_stats
+from .model import S2D2LM
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+
+
+def simple_evaluate(*args, **kwargs):
+    """``lm_eval.simple_evaluate`` with the decode metrics added when the model is ``s2d2``.
+
+    Takes the same arguments; ``model`` may be ``"s2d2"`` (built here from ``model_args``,
+    a ``key=value,...`` string or a dict) or an :class:`S2D2LM`. Any other model is passed
+    through unchanged. Returns the results on rank 0 and ``None`` on the other ranks.
+    """
+    from lm_eval.evaluator import simple_evaluate as lm_eval_simple_evaluate
+
+    model = kwargs.get("model", args[0] if args else None)
+    if model == "s2d2":
+        model_args = kwargs.get("model_args") or {}
+        extra = {k: kwargs.get(k) for k in ("batch_size", "max_batch_size", "device")}
+        if isinstance(model_args, str):
+            lm = S2D2LM.create_from_arg_string(model_args, extra)
+        else:
+            lm = S2D2LM.create_from_arg_obj(model_args, extra)
+    elif isinstance(model, S2D2LM):
+        lm = model
+    else:
+        return lm_eval_simple_evaluate(*args, **kwargs)
+    kwargs["model"], args = lm, args[1:]
+    results = lm_eval_simple_evaluate(*args, **kwargs)
+    per_rank = lm.gather_object(dict(lm.decode_stats))
+    if results is None:
+        return None
+    if model == "s2d2":
+        results["config"]["model"] = "s2d2"
+        tracker = kwargs.get("evaluation_tracker")
+        if tracker is not None:
+            tracker.general_config_tracker.model_source = "s2d2"
+    return attach_decode_metrics(results, merge_stats(per_rank))
+
+
+def with_project_tasks(argv: list[str]) -> list[str]:
+    """``argv`` with the project's task directory as ``--include_path`` unless one is given or help is asked."""
+    if not argv or argv[0] in ("-h", "--help") or any(a.split("=")[0] == "--include_path" for a in argv):
+        return argv
+    return [*argv, "--include_path", str(TASKS_DIR)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import lm_eval
+    from lm_eval.__main__ import cli_evaluate
+
+    argv = with_project_tasks(list(sys.argv[1:] if argv is None else argv))
+    lm_eval.simple_evaluate = simple_evaluate
+    sys.argv = ["python -m s2d2.lm_eval", *argv]
+    cli_evaluate()

@@ -1,0 +1,354 @@
+"""The ``s2d2`` model of lm-evaluation-harness: any lm-eval task decoded by one of the engine's decoders.
+
+``--model s2d2 --model_args pretrained=JetLM/SDAR-8B-Chat,preset=sdar-b,acceptance=greedy``:
+
+- ``pretrained``: checkpoint directory or Hub id (default: the bundled model);
+- ``preset``: one of the paper's configurations (:data:`s2d2.PRESETS`), applied first;
+- every field of :class:`~s2d2.DecodeConfig` and of its nested sections
+  (:class:`~s2d2.VerifyConfig`, :class:`~s2d2.SamplingConfig`) by its own name
+  (``method``, ``block_length``, ``threshold``, ``acceptance``, ``temperature``, ...),
+  the value read as the field's type, so a setting added to the config works
+  here without touching this file;
+- ``device``, ``dtype`` (``float32``, ``bfloat16``, ``float16``, ``auto``), ``device_map``.
+
+``generate_until`` runs :func:`s2d2.generate` on the prompt's token ids; the
+prompt is the text lm-eval hands over, which already holds the chat template
+when ``--apply_chat_template`` is given (lm-eval calls :meth:`apply_chat_template`
+itself) and is raw otherwise. ``loglikelihood`` and ``loglikelihood_rolling``
+are exact block-size-1 (AR) scores, one forward per request (:mod:`.loglik`).
+Every request's decode statistics are kept in :attr:`decode_stats`;
+:func:`s2d2.lm_eval.metrics.attach_decode_metrics` writes them into lm-eval's
+results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import types
+import typing
+from collections import Counter, defaultdict
+
+import torch
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, load_model
+from .loglik import Scored, ar_logprobs
+
+log = logging.getLogger(__name__)
+
+# Repeat r of a request is seeded ``seed + doc_id + r * REPEAT_SEED_STRIDE``: repeats differ, the first
+# repeat matches ``s2d2.evaluate`` (seed = problem index), and no seed depends on how requests are sharded.
+REPEAT_SEED_STRIDE = 1_000_003
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": None}
+
+
+def setting_types() -> dict[str, object]:
+    """Every flat setting name and its annotated type: DecodeConfig's fields, with
+    each dataclass-typed field (a nested section) replaced by that section's fields."""
+    found: dict[str, object] = {}
+    for f in dataclasses.fields(DecodeConfig):
+        hint = typing.get_type_hints(DecodeConfig)[f.name]
+        if dataclasses.is_dataclass(hint):
+            found.update(typing.get_type_hints(hint))
+        else:
+            found[f.name] = hint
+    return found
+
+
+def _parse_as(name: str, value, kind):
+    """``value`` (a string from the command line, or what lm-eval already made of it) as a ``kind``."""
+    text = str(value).strip()
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"setting {name!r} is true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"setting {name!r} is an integer, got {value!r}") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"setting {name!r} is a number, got {value!r}") from None
+    if kind is str:
+        return text
+    raise ValueError(f"setting {name!r} has type {kind} and cannot be given as a key=value argument")
+
+
+def coerce_setting(name: str, value, kind):
+    """``value`` read as the setting's annotated type: ``int``, ``float``, ``bool``,
+    ``str``, or an optional one (``none`` gives ``None``)."""
+    options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+    if type(None) in options and (value is None or str(value).strip().lower() == "none"):
+        return None
+    concrete = [k for k in options if k is not type(None)]
+    if len(concrete) != 1:
+        raise ValueError(f"setting {name!r} has type {kind} and cannot be given as a key=value argument")
+    return _parse_as(name, value, concrete[0])
+
+
+def decode_settings(raw: dict, where: str) -> dict:
+    """Flat decoding settings from ``key=value`` pairs, each typed by its config field."""
+    known = setting_types()
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ValueError(
+            f"unknown {where} {', '.join(map(repr, unknown))}; the s2d2 model takes pretrained, preset, device, "
+            f"dtype, device_map and the decoding settings {', '.join(sorted(known))}"
+        )
+    return {name: coerce_setting(name, value, known[name]) for name, value in raw.items()}
+
+
+def cut_at_stops(text: str, until: list[str]) -> str:
+    """``text`` up to the earliest occurrence of any stop string."""
+    cut = len(text)
+    for stop in until:
+        if stop:
+            at = text.find(stop)
+            if at != -1:
+                cut = min(cut, at)
+    return text[:cut]
+
+
+def summary_stats(summary) -> dict:
+    """The per-request numbers the aggregate metrics are built from (see docs/EVALUATION.md)."""
+    return {
+        "nfe": summary.nfe,
+        "generated_tokens": summary.generated_tokens,
+        "wall_seconds": summary.wall_seconds,
+        "verifications": summary.verifications,
+        "drafts_verified": summary.drafts_verified,
+        "drafts_accepted": summary.drafts_accepted,
+    }
+
+
+@register_model("s2d2")
+class S2D2LM(TemplateLM):
+    """lm-eval's view of a block-diffusion model decoded by S2D2 (or AR, static, dynamic)."""
+
+    def __init__(
+        self,
+        pretrained: str = DEFAULT_MODEL,
+        preset: str | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        device_map: str | None = None,
+        batch_size: int | str | None = 1,
+        max_batch_size: int | None = None,
+        trust_remote_code: bool | None = None,
+        **settings,
+    ):
+        """``batch_size``/``max_batch_size`` are accepted because lm-eval always passes them: a
+        speculative decode is a sequential loop, so requests run one at a time. ``trust_remote_code``
+        is accepted because lm-eval adds it for ``--trust_remote_code``; the adapters never run remote code."""
+        super().__init__()
+        from accelerate import PartialState
+
+        if batch_size not in (None, 1, "1"):
+            log.warning("s2d2 runs requests one at a time; batch_size=%s is ignored", batch_size)
+        self.preset = None if preset in (None, "", "none") else str(preset)
+        self.settings = decode_settings(settings, "model_args")
+        self.config = config_from_settings(self.preset, **self.settings)
+        if dtype not in (None, *DTYPES):
+            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        state = PartialState(cpu=not torch.cuda.is_available())
+        self._state = state
+        self._rank, self._world_size = state.process_index, state.num_processes
+        if self._world_size > 1:
+            device = str(state.device)
+        elif device and str(device).startswith("cuda") and not torch.cuda.is_available():
+            log.info("CUDA is not available: s2d2 runs on the CPU instead of %s", device)
+            device = "cpu"
+        self.model = load_model(
+            str(pretrained), device=device, dtype=DTYPES.get(dtype), device_map=device_map, announce=log.info
+        )
+        self.tokenizer = self.model.tokenizer
+        self._device = self.model.device
+        self.decode_stats: dict[tuple, list[dict]] = defaultdict(list)
+        self._occurrences: Counter = Counter()
+        self._responses: dict[tuple, object] = {}
+
+    # -- what lm-eval asks of a model --------------------------------------
+
+    @property
+    def eot_token_id(self) -> int:
+        eos = self.tokenizer.eos_token_id
+        return int(eos) if eos is not None else self.model.stop_token_ids[0]
+
+    @property
+    def prefix_token_id(self) -> int:
+        """The token an empty context is replaced by: BOS when the tokenizer has one, else end-of-text."""
+        bos = self.tokenizer.bos_token_id
+        return int(bos) if bos is not None else self.eot_token_id
+
+    @property
+    def max_length(self) -> int:
+        return self.model.max_positions
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(self.tokenizer.name_or_path).replace("/", "__")
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        """Token ids of ``string`` as given: no BOS is added unless asked, since lm-eval's
+        prompt already holds whatever template the model needs."""
+        return self.tokenizer(string, add_special_tokens=bool(add_special_tokens))["input_ids"]
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{self.model.name} has no chat template; run without --apply_chat_template")
+        return self.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    # -- distributed: one process per device under `accelerate launch` ---
+
+    def all_gather(self, tensor):
+        from accelerate.utils import gather
+
+        return gather(tensor) if self.world_size > 1 else tensor
+
+    def gather_object(self, obj, dst=0):
+        """Every process's ``obj``, in rank order (on every rank; lm-eval reads it on ``dst``)."""
+        from accelerate.utils import gather_object
+
+        return gather_object([obj]) if self.world_size > 1 else [obj]
+
+    def barrier(self) -> None:
+        self._state.wait_for_everyone()
+
+    # -- requests ----------------------------------------------------------
+
+    def _occurrence(self, request) -> tuple[tuple, int, bool]:
+        """``(key, repeat index, is padding)`` of a request.
+
+        lm-eval sends each request ``repeats`` times and, with several processes, pads a rank's
+        list with more copies of its last request; a copy past ``repeats`` is padding and gets
+        the response already computed, so it neither costs a decode nor counts in the metrics."""
+        key = (request.task_name, request.doc_id, request.idx)
+        index = self._occurrences[key]
+        self._occurrences[key] += 1
+        return key, index, index >= (request.repeats or 1) and key in self._responses
+
+    def _record(self, request, stats: dict) -> None:
+        self.decode_stats[(request.task_name, request.doc_id)].append(stats)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        results = []
+        for request in tqdm(requests, desc="s2d2 generate_until", disable=disable_tqdm or self.rank != 0):
+            key, repeat, padding = self._occurrence(request)
+            if padding:
+                results.append(self._responses[key])
+                continue
+            context, gen_kwargs = request.args
+            config, until = self._request_config(dict(gen_kwargs or {}))
+            config = config.replace(seed=config.seed + (request.doc_id or 0) + repeat * REPEAT_SEED_STRIDE)
+            trace = generate(self.model, self._prompt_ids(context, config), config)
+            text = cut_at_stops(trace.text, until)
+            self._record(request, summary_stats(trace.summary))
+            self._responses[key] = text
+            self.cache_hook.add_partial("generate_until", request.args, text)
+            results.append(text)
+        return results
+
+    def _request_config(self, gen_kwargs: dict) -> tuple[DecodeConfig, list[str]]:
+        """The decode of one request: ``model_args`` with the task's generation kwargs on top.
+
+        As for lm-eval's HF model the task (and ``--gen_kwargs``) decides ``until``, the length
+        (``max_gen_toks``) and the sampling (``do_sample=False`` is greedy); any other key must be a
+        decoding setting."""
+        until = gen_kwargs.pop("until", None) or []
+        until = [until] if isinstance(until, str) else list(until)
+        if "max_gen_toks" in gen_kwargs:
+            gen_kwargs["max_new_tokens"] = gen_kwargs.pop("max_gen_toks")
+        do_sample = gen_kwargs.pop("do_sample", None)
+        request = decode_settings(gen_kwargs, "generation kwargs")
+        if do_sample is False:
+            request["temperature"] = 0.0
+        elif do_sample and not request.get("temperature", self.config.sampling.temperature):
+            request["temperature"] = 1.0
+        return config_from_settings(self.preset, **{**self.settings, **request}), until
+
+    def _prompt_ids(self, context: str, config: DecodeConfig) -> list[int]:
+        """The prompt's ids, the oldest ones dropped (as lm-eval's HF model does) when prompt and
+        ``max_new_tokens`` would not fit in the model's positions, block-rounded."""
+        ids = self.tok_encode(context)
+        room = self.max_length // config.block_length * config.block_length - config.max_new_tokens
+        if room < 1:
+            raise ValueError(
+                f"max new tokens ({config.max_new_tokens}) leave no room for a prompt in {self.model.name}'s "
+                f"{self.max_length} positions"
+            )
+        if len(ids) > room:
+            log.warning("prompt of %d tokens cut to its last %d to fit the model", len(ids), room)
+            ids = ids[-room:]
+        return ids
+
+    def _score(self, context: list[int], continuation: list[int]) -> Scored:
+        """One AR forward over a pair; the oldest context tokens are dropped when it does not fit
+        the model's positions (as lm-eval's HF model does). An empty continuation scores 0 for free."""
+        if not continuation:
+            return Scored(0.0, True, [], 0, 0.0)
+        keep = self.max_length - len(continuation)
+        if keep < 1:
+            raise ValueError(
+                f"a continuation of {len(continuation)} tokens does not fit {self.model.name}'s "
+                f"{self.max_length} positions"
+            )
+        return ar_logprobs(self.model, context[-keep:], continuation)
+
+    def _encode_request(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's tokenisation of a pair: trailing context spaces move to the continuation,
+        and an empty context becomes the prefix token."""
+        if context:
+            return self._encode_pair(context, continuation)
+        return [self.prefix_token_id], self.tok_encode(continuation)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        scored = (self._score(context, continuation) for _, context, continuation in requests)
+        return [(s.logprob, s.greedy) for s in scored]
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        results = []
+        for request in tqdm(requests, desc="s2d2 loglikelihood", disable=disable_tqdm or self.rank != 0):
+            key, _, padding = self._occurrence(request)
+            if not padding:
+                scored = self._score(*self._encode_request(*request.args))
+                self._record(request, {"nfe": scored.nfe, "wall_seconds": scored.wall_seconds})
+                self._responses[key] = (scored.logprob, scored.greedy)
+                self.cache_hook.add_partial("loglikelihood", request.args, self._responses[key])
+            results.append(self._responses[key])
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """The whole string's AR log-likelihood, in windows of the model's length that each
+        predict new tokens only (lm-eval's rolling windows), one forward per window."""
+        results = []
+        for request in tqdm(requests, desc="s2d2 loglikelihood_rolling", disable=disable_tqdm or self.rank != 0):
+            key, _, padding = self._occurrence(request)
+            if not padding:
+                (text,) = request.args
+                windows = get_rolling_token_windows(
+                    self.tok_encode(text), self.prefix_token_id, max_seq_len=self.max_length - 1, context_len=1
+                )
+                total = 0.0
+                for window in windows:
+                    scored = self._score(*make_disjoint_window(window))
+                    self._record(request, {"nfe": scored.nfe, "wall_seconds": scored.wall_seconds})
+                    total += scored.logprob
+                self._responses[key] = total
+                self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
+            results.append(self._responses[key])
+        return results
