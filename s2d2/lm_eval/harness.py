@@ -21,35 +21,38 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .. import DEFAULT_MODEL
 from .metrics import attach_decode_metrics, merge_stats
 from .model import S2D2LM
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
 
-def simple_evaluate(*args, **kwargs):
+def simple_evaluate(model="s2d2", **kwargs):
     """``lm_eval.simple_evaluate`` with the decode metrics added when the model is ``s2d2``.
 
-    Takes the same arguments; ``model`` may be ``"s2d2"`` (built here from ``model_args``,
+    Takes the same (keyword) arguments; ``model`` may be ``"s2d2"`` (built here from ``model_args``,
     a ``key=value,...`` string or a dict) or an :class:`S2D2LM`. Any other model is passed
     through unchanged. Returns the results on rank 0 and ``None`` on the other ranks.
     """
     from lm_eval.evaluator import simple_evaluate as lm_eval_simple_evaluate
+    from lm_eval.utils import simple_parse_args_string
 
-    model = kwargs.get("model", args[0] if args else None)
     if model == "s2d2":
         model_args = kwargs.get("model_args") or {}
-        extra = {k: kwargs.get(k) for k in ("batch_size", "max_batch_size", "device")}
         if isinstance(model_args, str):
-            lm = S2D2LM.create_from_arg_string(model_args, extra)
-        else:
-            lm = S2D2LM.create_from_arg_obj(model_args, extra)
+            model_args = simple_parse_args_string(model_args)
+        # Named explicitly so lm-eval's results and output folder say which checkpoint ran.
+        kwargs["model_args"] = model_args = {"pretrained": DEFAULT_MODEL, **model_args}
+        # lm-eval's own settings (--device, --batch_size) apply unless model_args says otherwise.
+        extra = {k: kwargs.get(k) for k in ("batch_size", "max_batch_size", "device") if k not in model_args}
+        lm = S2D2LM.create_from_arg_obj(model_args, extra)
     elif isinstance(model, S2D2LM):
         lm = model
     else:
-        return lm_eval_simple_evaluate(*args, **kwargs)
-    kwargs["model"], args = lm, args[1:]
-    results = lm_eval_simple_evaluate(*args, **kwargs)
+        return lm_eval_simple_evaluate(model=model, **kwargs)
+    lm.reset_decode_stats()
+    results = lm_eval_simple_evaluate(model=lm, **kwargs)
     per_rank = lm.gather_object(dict(lm.decode_stats))
     if results is None:
         return None

@@ -51,7 +51,9 @@ def ar_logprobs(model: BlockDiffusionModel, context_ids: list[int], continuation
         raise ValueError("the continuation is empty: there is nothing to score")
     length = len(context_ids) + len(continuation_ids)
     if length > model.max_positions:
-        raise ValueError(f"context plus continuation ({length} tokens) exceed the model's {model.max_positions} positions")
+        raise ValueError(
+            f"context plus continuation ({length} tokens) exceed the model's {model.max_positions} positions"
+        )
     forwards: list[str] = []
     session = model.new_session(lambda kind, tokens, seconds: forwards.append(kind))
     ids = torch.tensor(context_ids + continuation_ids, dtype=torch.long, device=model.device)

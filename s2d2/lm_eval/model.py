@@ -29,6 +29,7 @@ import types
 import typing
 from collections import Counter, defaultdict
 
+import lm_eval.models  # noqa: F401  (lm-eval's own models, registered lazily: "s2d2" must not be the only one)
 import torch
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
@@ -177,8 +178,6 @@ class S2D2LM(TemplateLM):
         self.tokenizer = self.model.tokenizer
         self._device = self.model.device
         self.decode_stats: dict[tuple, list[dict]] = defaultdict(list)
-        self._occurrences: Counter = Counter()
-        self._responses: dict[tuple, object] = {}
 
     # -- what lm-eval asks of a model --------------------------------------
 
@@ -231,37 +230,43 @@ class S2D2LM(TemplateLM):
 
     # -- requests ----------------------------------------------------------
 
-    def _occurrence(self, request) -> tuple[tuple, int, bool]:
-        """``(key, repeat index, is padding)`` of a request.
+    def _each(self, kind: str, requests, disable_tqdm: bool, compute) -> list:
+        """``compute(request, repeat)`` for every request lm-eval sends, in order.
 
-        lm-eval sends each request ``repeats`` times and, with several processes, pads a rank's
-        list with more copies of its last request; a copy past ``repeats`` is padding and gets
-        the response already computed, so it neither costs a decode nor counts in the metrics."""
-        key = (request.task_name, request.doc_id, request.idx)
-        index = self._occurrences[key]
-        self._occurrences[key] += 1
-        return key, index, index >= (request.repeats or 1) and key in self._responses
+        lm-eval sends a request object ``repeats`` times and, with several processes, pads a
+        rank's list with more copies of its last one; a copy past ``repeats`` is padding and
+        gets the response already computed, so it neither costs a decode nor counts in the metrics."""
+        seen: Counter = Counter()
+        responses: dict[int, object] = {}
+        results = []
+        for request in tqdm(requests, desc=f"s2d2 {kind}", disable=disable_tqdm or self.rank != 0):
+            repeat = seen[id(request)]
+            seen[id(request)] += 1
+            if repeat >= (request.repeats or 1) and id(request) in responses:
+                results.append(responses[id(request)])
+                continue
+            responses[id(request)] = compute(request, repeat)
+            self.cache_hook.add_partial(kind, request.args, responses[id(request)])
+            results.append(responses[id(request)])
+        return results
 
     def _record(self, request, stats: dict) -> None:
         self.decode_stats[(request.task_name, request.doc_id)].append(stats)
 
+    def reset_decode_stats(self) -> None:
+        """Forget the statistics of earlier evaluations (one results dict, one evaluation's numbers)."""
+        self.decode_stats.clear()
+
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        results = []
-        for request in tqdm(requests, desc="s2d2 generate_until", disable=disable_tqdm or self.rank != 0):
-            key, repeat, padding = self._occurrence(request)
-            if padding:
-                results.append(self._responses[key])
-                continue
-            context, gen_kwargs = request.args
-            config, until = self._request_config(dict(gen_kwargs or {}))
-            config = config.replace(seed=config.seed + (request.doc_id or 0) + repeat * REPEAT_SEED_STRIDE)
-            trace = generate(self.model, self._prompt_ids(context, config), config)
-            text = cut_at_stops(trace.text, until)
-            self._record(request, summary_stats(trace.summary))
-            self._responses[key] = text
-            self.cache_hook.add_partial("generate_until", request.args, text)
-            results.append(text)
-        return results
+        return self._each("generate_until", requests, disable_tqdm, self._generate)
+
+    def _generate(self, request, repeat: int) -> str:
+        context, gen_kwargs = request.args
+        config, until = self._request_config(dict(gen_kwargs or {}))
+        config = config.replace(seed=config.seed + (request.doc_id or 0) + repeat * REPEAT_SEED_STRIDE)
+        trace = generate(self.model, self._prompt_ids(context, config), config)
+        self._record(request, summary_stats(trace.summary))
+        return cut_at_stops(trace.text, until)
 
     def _request_config(self, gen_kwargs: dict) -> tuple[DecodeConfig, list[str]]:
         """The decode of one request: ``model_args`` with the task's generation kwargs on top.
@@ -277,7 +282,7 @@ class S2D2LM(TemplateLM):
         request = decode_settings(gen_kwargs, "generation kwargs")
         if do_sample is False:
             request["temperature"] = 0.0
-        elif do_sample and not request.get("temperature", self.config.sampling.temperature):
+        elif do_sample and "temperature" not in request and not self.config.sampling.temperature:
             request["temperature"] = 1.0
         return config_from_settings(self.preset, **{**self.settings, **request}), until
 
@@ -321,34 +326,26 @@ class S2D2LM(TemplateLM):
         return [(s.logprob, s.greedy) for s in scored]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        results = []
-        for request in tqdm(requests, desc="s2d2 loglikelihood", disable=disable_tqdm or self.rank != 0):
-            key, _, padding = self._occurrence(request)
-            if not padding:
-                scored = self._score(*self._encode_request(*request.args))
-                self._record(request, {"nfe": scored.nfe, "wall_seconds": scored.wall_seconds})
-                self._responses[key] = (scored.logprob, scored.greedy)
-                self.cache_hook.add_partial("loglikelihood", request.args, self._responses[key])
-            results.append(self._responses[key])
-        return results
+        return self._each("loglikelihood", requests, disable_tqdm, self._loglikelihood)
+
+    def _loglikelihood(self, request, repeat: int) -> tuple[float, bool]:
+        scored = self._score(*self._encode_request(*request.args))
+        self._record(request, {"nfe": scored.nfe, "wall_seconds": scored.wall_seconds})
+        return scored.logprob, scored.greedy
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        return self._each("loglikelihood_rolling", requests, disable_tqdm, self._loglikelihood_rolling)
+
+    def _loglikelihood_rolling(self, request, repeat: int) -> float:
         """The whole string's AR log-likelihood, in windows of the model's length that each
         predict new tokens only (lm-eval's rolling windows), one forward per window."""
-        results = []
-        for request in tqdm(requests, desc="s2d2 loglikelihood_rolling", disable=disable_tqdm or self.rank != 0):
-            key, _, padding = self._occurrence(request)
-            if not padding:
-                (text,) = request.args
-                windows = get_rolling_token_windows(
-                    self.tok_encode(text), self.prefix_token_id, max_seq_len=self.max_length - 1, context_len=1
-                )
-                total = 0.0
-                for window in windows:
-                    scored = self._score(*make_disjoint_window(window))
-                    self._record(request, {"nfe": scored.nfe, "wall_seconds": scored.wall_seconds})
-                    total += scored.logprob
-                self._responses[key] = total
-                self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
-            results.append(self._responses[key])
-        return results
+        (text,) = request.args
+        windows = get_rolling_token_windows(
+            self.tok_encode(text), self.prefix_token_id, max_seq_len=self.max_length - 1, context_len=1
+        )
+        total = 0.0
+        for window in windows:
+            scored = self._score(*make_disjoint_window(window))
+            self._record(request, {"nfe": scored.nfe, "wall_seconds": scored.wall_seconds})
+            total += scored.logprob
+        return total
