@@ -1,0 +1,168 @@
+"""The lm-eval integration: ``python -m s2d2.lm_eval`` against ``s2d2.evaluate``, exact AR
+log-likelihoods against separate forwards, and a 2-process ``accelerate launch`` against one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")
+
+from conftest import TINY  # noqa: E402
+from lm_eval.api.instance import Instance  # noqa: E402
+from test_families import WRITERS  # noqa: E402
+
+from s2d2 import DEFAULT_MODEL, config_from_settings, load_model  # noqa: E402
+from s2d2.evaluate import heldout_problems, run_problem, summarize_method  # noqa: E402
+from s2d2.lm_eval import S2D2LM  # noqa: E402
+from s2d2.lm_eval.model import coerce_setting, decode_settings  # noqa: E402
+from s2d2.train import build_tokenizer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT = 20
+MODEL_ARGS = f"pretrained={DEFAULT_MODEL},preset=sdar-b,acceptance=greedy"
+# The bundled model is a chat model and s2d2.evaluate prompts through its chat template, so the CLI is told to as well.
+CLI_ARGS = ["--model", "s2d2", "--model_args", MODEL_ARGS, "--tasks", "s2d2_arith", "--limit", str(LIMIT)]
+CLI_ARGS += ["--apply_chat_template", "--device", "cpu", "--log_samples"]
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def read_run(out: Path) -> tuple[dict, list[dict]]:
+    (results_file,) = out.glob("*/results_*.json")
+    (samples_file,) = out.glob("*/samples_s2d2_arith_*.jsonl")
+    samples = [json.loads(line) for line in samples_file.read_text().splitlines()]
+    return json.loads(results_file.read_text())["results"]["s2d2_arith"], sorted(samples, key=lambda s: s["doc_id"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models in this process: one thread beats waking a pool per small operation on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lm_eval_one")
+    command = [sys.executable, "-m", "s2d2.lm_eval", *CLI_ARGS, "--output_path", str(out)]
+    subprocess.run(command, check=True, env=OFFLINE, cwd=ROOT, capture_output=True, timeout=300)
+    return read_run(out)
+
+
+def test_cli_accuracy_and_nfe_equal_s2d2_evaluate_on_the_same_problems(one_process):
+    results, samples = one_process
+    model = load_model(device="cpu")
+    config = config_from_settings("sdar-b", acceptance="greedy", max_new_tokens=64)
+    problems = heldout_problems(LIMIT, ["arith"])
+    reference = [run_problem(model, "sdar-b", config, p, i) for i, p in enumerate(problems)]
+    summary = summarize_method("sdar-b", reference)
+    assert results["exact_match,none"] == summary.accuracy
+    assert results["s2d2_nfe,none"] == summary.nfe_per_problem
+    assert results["s2d2_tpf,none"] == pytest.approx(summary.tokens_per_forward)
+    assert results["s2d2_acceptance_rate,none"] == pytest.approx(summary.acceptance_rate)
+    assert [s["doc"]["prompt"] for s in samples] == [p.prompt for p in problems]
+    assert [s["filtered_resps"][0] for s in samples] == [r.output for r in reference]
+    assert [s["s2d2_nfe"] for s in samples] == [r.nfe for r in reference]
+    assert [s["exact_match"] for s in samples] == [float(r.correct) for r in reference]
+
+
+def test_two_process_accelerate_run_gives_the_same_results(one_process, tmp_path):
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "-m", "s2d2.lm_eval", *CLI_ARGS, "--output_path", str(tmp_path),
+    ]  # fmt: skip
+    subprocess.run(command, check=True, env=OFFLINE, cwd=ROOT, capture_output=True, timeout=300)
+    (alone, alone_samples), (sharded, sharded_samples) = one_process, read_run(tmp_path)
+    for key in ("exact_match,none", "s2d2_nfe,none", "s2d2_tokens,none", "s2d2_acceptance_rate,none"):
+        assert sharded[key] == alone[key], key
+    assert [s["doc_id"] for s in sharded_samples] == list(range(LIMIT))
+    same = ("filtered_resps", "s2d2_nfe", "exact_match")
+    assert [[s[k] for k in same] for s in sharded_samples] == [[s[k] for k in same] for s in alone_samples]
+
+
+def separate_forward_logprob(model, context: list[int], continuation: list[int]) -> float:
+    """Σ log p(token i | everything before), one AR decoder step per token: the prefix
+    prefilled causally, then a draft forward of one mask (how method="ar" predicts)."""
+    total = 0.0
+    for i, token in enumerate(continuation):
+        session = model.new_session(lambda *_: None)
+        model.prefill(session, torch.tensor(context + continuation[:i]), causal=True, block_length=1)
+        row = model.draft_forward(session, torch.tensor([model.mask_token_id]), None, True, 0)[0]
+        total += torch.log_softmax(row.float(), dim=-1)[token].item()
+    return total
+
+
+def request(kind: str, arguments: tuple, doc_id: int = 0) -> Instance:
+    return Instance(request_type=kind, doc={}, arguments=arguments, idx=0, metadata=("t", doc_id, 1))
+
+
+@pytest.fixture(scope="module")
+def family_paths(tmp_path_factory, tiny_path) -> dict[str, str]:
+    """A tiny random checkpoint of each family in its published layout, and the bundled model."""
+    tokenizer = build_tokenizer(TINY)
+    paths = {family: write(tmp_path_factory.mktemp(family), tokenizer) for family, write in WRITERS.items()}
+    return {**paths, "sdar": tiny_path, "bundled": DEFAULT_MODEL}
+
+
+@pytest.mark.parametrize("family", ["bundled", "sdar", *sorted(WRITERS)])
+def test_loglikelihood_is_the_sum_of_ar_logprobs_from_separate_forwards(family, family_paths):
+    lm = S2D2LM(pretrained=family_paths[family], device="cpu")
+    pairs = [
+        ("Zoe has 7 books. Tom gives her 12 more. How many books does Zoe have now? ", "7 + 12 = 19."),
+        ("", "The answer is 19."),
+    ]
+    answers = lm.loglikelihood([request("loglikelihood", pair, i) for i, pair in enumerate(pairs)])
+    for pair, (logprob, greedy) in zip(pairs, answers):
+        context, continuation = lm._encode_request(*pair)
+        assert logprob == pytest.approx(separate_forward_logprob(lm.model, context, continuation), abs=1e-4)
+        assert isinstance(greedy, bool)
+    (rolling,) = lm.loglikelihood_rolling([request("loglikelihood_rolling", ("The answer is 19.",))])
+    assert rolling == pytest.approx(answers[1][0], abs=1e-4)
+    assert [s["nfe"] for s in lm.decode_stats[("t", 0)]] == [1, 1]  # one forward per request
+
+
+def test_rolling_windows_cover_a_text_longer_than_the_model(family_paths):
+    lm = S2D2LM(pretrained=family_paths["sdar"], device="cpu")
+    text = " ".join(["Ann has 3 pens."] * 200)
+    ids = lm.tok_encode(text)
+    assert len(ids) > lm.max_length
+    (rolling,) = lm.loglikelihood_rolling([request("loglikelihood_rolling", (text,))])
+    stats = lm.decode_stats[("t", 0)]
+    assert len(stats) == -(-len(ids) // (lm.max_length - 1))
+    assert rolling < 0
+
+
+def test_model_args_are_typed_by_the_config_fields():
+    settings = decode_settings(
+        {"block_length": "16", "threshold": 1, "cache_ver": "true", "acceptance": "greedy", "steps": "none"}, "args"
+    )
+    assert settings == {"block_length": 16, "threshold": 1.0, "cache_ver": True, "acceptance": "greedy", "steps": None}
+    assert config_from_settings("sdar-b", **settings).verify.acceptance == "greedy"
+    with pytest.raises(ValueError, match="unknown model_args 'blok_length'"):
+        decode_settings({"blok_length": 4}, "model_args")
+    with pytest.raises(ValueError, match="is an integer"):
+        coerce_setting("block_length", "four", int)
+
+
+def test_generation_honours_until_and_max_gen_toks():
+    lm = S2D2LM(device="cpu", method="ar")
+    prompt = lm.apply_chat_template([{"role": "user", "content": heldout_problems(1, ["arith"])[0].prompt}])
+    full, cut, short = lm.generate_until(
+        [
+            request("generate_until", (prompt, {"until": [], "max_gen_toks": 64}), 0),
+            request("generate_until", (prompt, {"until": [" = "], "max_gen_toks": 64}), 1),
+            request("generate_until", (prompt, {"until": [], "max_gen_toks": 3, "do_sample": False}), 2),
+        ]
+    )
+    assert " = " in full and cut == full.split(" = ")[0]
+    assert [s["generated_tokens"] for s in lm.decode_stats[("t", 2)]] == [3]
+    assert full.startswith(short)
