@@ -61,7 +61,7 @@ def simple_evaluate(model="s2d2", **kwargs):
         tracker = kwargs.get("evaluation_tracker")
         if tracker is not None:
             tracker.general_config_tracker.model_source = "s2d2"
-    return attach_decode_metrics(results, merge_stats(per_rank))
+    return attach_decode_metrics(results, merge_stats(per_rank), kwargs.get("samples"))
 
 
 def with_project_tasks(argv: list[str]) -> list[str]:
@@ -78,4 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = with_project_tasks(list(sys.argv[1:] if argv is None else argv))
     lm_eval.simple_evaluate = simple_evaluate
     sys.argv = ["python -m s2d2.lm_eval", *argv]
-    cli_evaluate()
+    try:
+        cli_evaluate()
+    except (ValueError, OSError) as err:  # bad model_args, unknown task, unreadable checkpoint: one line
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

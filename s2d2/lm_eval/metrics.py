@@ -64,11 +64,15 @@ def merge_stats(per_rank: list[dict]) -> dict[tuple, list[dict]]:
     return merged
 
 
-def attach_decode_metrics(results: dict, stats: dict[tuple, list[dict]]) -> dict:
-    """Write the per-task and per-sample decode metrics into lm-eval's ``results`` (in place)."""
+def attach_decode_metrics(results: dict, stats: dict[tuple, list[dict]], samples: dict | None = None) -> dict:
+    """Write the per-task and per-sample decode metrics into lm-eval's ``results`` (in place).
+
+    ``samples`` is lm-eval's ``--samples`` selection (task -> document indices): requests then
+    number the selected documents 0, 1, ... and logged samples carry ``indices[that number]``."""
     by_task: dict[str, dict[int, list[dict]]] = {}
     for (task, doc_id), requests in stats.items():
-        by_task.setdefault(task, {})[doc_id] = requests
+        indices = (samples or {}).get(task)
+        by_task.setdefault(task, {})[indices[doc_id] if indices else doc_id] = requests
     for task, documents in by_task.items():
         if task not in results.get("results", {}):
             continue
