@@ -105,6 +105,7 @@ def load_summary(path: str | Path) -> dict:
 
 def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
     """HTML always; PNG too when a Chrome/Chromium is available to kaleido."""
+    out = Path(out)
     subtitle = f"{meta.get('problems_per_family')} problems per family · {meta.get('model_name') or Path(str(meta.get('model'))).name} model"
     browser = shutil.which("chromium") or shutil.which("google-chrome")
     if browser:
@@ -116,3 +117,18 @@ def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
             fig.write_image(out / f"frontier_{axis}.png", width=1000, height=520, scale=2)
         except Exception as err:  # kaleido needs a browser; the HTML is the primary output
             print(f"note: PNG not written for {axis} ({type(err).__name__}: {err}); the HTML is in {out}")
+
+
+def main(argv=None) -> None:
+    """``python -m components.benchmarks DIR``: draw the frontiers of ``DIR/summary.json`` into ``DIR``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m components.benchmarks", description=main.__doc__)
+    parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.bench")
+    args = parser.parse_args(argv)
+    data = load_summary(Path(args.results) / "summary.json")
+    write_frontiers(data["methods"], Path(args.results), data.get("meta", {}))
+
+
+if __name__ == "__main__":
+    main()

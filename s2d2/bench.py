@@ -11,9 +11,10 @@ accuracy, acceptance statistics and router decisions. Outputs in ``--out``:
 
 - ``runs.csv``: one row per (method, problem);
 - ``summary.json``: one entry per method, plus the run's metadata;
-- ``table.md``: a table shaped like the paper's Table 1;
-- ``frontier_nfe.html|png`` and ``frontier_wall.html|png``: accuracy against
-  forwards and against wall time (drawn by ``components.benchmarks``).
+- ``table.md``: a table shaped like the paper's Table 1.
+
+The engine writes data only; ``python -m components.benchmarks DIR`` draws the
+frontiers (accuracy against forwards and against wall time) from ``summary.json``.
 
 Under ``accelerate launch`` each process takes every n-th problem (one GPU each,
 or an equal share of the CPU cores: ``--multi_gpu`` also launches several CPU
@@ -170,10 +171,6 @@ def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, fam
     rows = summarize(grid, results)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2) + "\n")
     (out / "table.md").write_text(table_markdown(rows, family_names) + "\n")
-    # Figures are drawn by the dashboard's components; the engine itself never loads plotly.
-    from components.benchmarks import write_frontiers
-
-    write_frontiers(rows, out, meta)
     return rows
 
 
@@ -235,7 +232,7 @@ def main(argv=None) -> None:
     }
     rows = write_outputs(out, grid, merged, meta, family_names)
     print(table_markdown(rows, family_names))
-    print(f"\nwrote {out}/runs.csv, summary.json, table.md and the frontier figures")
+    print(f"\nwrote {out}/runs.csv, summary.json and table.md; draw the frontiers with python -m components.benchmarks {out}")
 
 
 if __name__ == "__main__":

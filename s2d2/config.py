@@ -349,8 +349,5 @@ def config_from_settings(preset: str | None = None, **settings) -> DecodeConfig:
             raise ValueError(f"unknown setting {name!r}")
     if preset is not None:
         return preset_config(preset, **flat, **{k: v for k, v in grouped.items() if v})
-    base = DecodeConfig().to_dict()
-    base.update(flat)
-    for key, values in grouped.items():
-        base[key] = {**base[key], **values}
-    return DecodeConfig.from_dict(base)
+    # From the declarations, not from a built default: derived fields (sub-block, steps) must stay unset.
+    return DecodeConfig(verify=VerifyConfig(**grouped["verify"]), sampling=SamplingConfig(**grouped["sampling"]), **flat)

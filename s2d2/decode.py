@@ -102,6 +102,7 @@ class BlockState:
     active: list[bool]
     tokens: torch.Tensor
     decoded: int = 0  # tokens committed in this block so far
+    causal_rows: int = 0  # rows the last draft_ver draft made causal
 
     @classmethod
     def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> BlockState:
@@ -194,9 +195,9 @@ class Decoder:
         self.device = model.device
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.policy = make_policy(config.verify) if config.method == "s2d2" else None
-        self.official = config.accounting == "official"
+        self.official = model.official if config.accounting == "official" else None
         # Where stops are looked for: after every step, or only in complete blocks.
-        self.stop_at_block_end = self.official or model.stop_at_block_end
+        self.stop_at_block_end = model.stop_at_block_end or bool(self.official and self.official.stop_at_block_end)
         self.forwards: list[tr.ForwardRecord] = []
         self.steps: list[tr.StepRecord] = []
         self._where = (-1, 0)
@@ -216,13 +217,20 @@ class Decoder:
         self._where = (block.index, step)
         self._step_forwards = []
 
-    def _total_positions(self, prompt_length: int) -> int:
-        """Prompt plus budget; the official code decodes whole blocks, so it rounds up."""
-        total = prompt_length + self.config.max_new_tokens
-        if self.official:
-            B = self.config.block_length
-            total = -(-total // B) * B
-        return total
+    def _budget(self, prompt_length: int) -> tuple[int, int | None]:
+        """``(positions to decode up to, cap on the output length)``.
+
+        Fused accounting decodes exactly the budget. The official codes decode
+        whole blocks: SDAR keeps them, LLaDA2 cuts the output to the budget,
+        Fast-dLLM v2 decodes ``max_new_tokens // B`` blocks after the prefill.
+        """
+        B, new = self.config.block_length, self.config.max_new_tokens
+        if self.official is None:
+            return prompt_length + new, new
+        if self.official.budget == "floor_blocks":
+            return prompt_length // B * B + new // B * B, None
+        whole = -(-(prompt_length + new) // B) * B
+        return whole, new if self.official.budget == "whole_blocks_trimmed" else None
 
     def _check_prompt(self, prompt_ids: list[int]) -> None:
         if not prompt_ids:
@@ -242,7 +250,7 @@ class Decoder:
         self._check_prompt(prompt_ids)
         cfg, B = self.config, self.config.block_length
         prompt_length = len(prompt_ids)
-        total = self._total_positions(prompt_length)
+        total, cap = self._budget(prompt_length)
         stops = set(self.model.stop_token_ids)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         session = self.model.new_session(self._record_forward)
@@ -269,8 +277,8 @@ class Decoder:
             start += B
             block_index += 1
         wall = time.perf_counter() - start_time
-        if not self.official:
-            generated = generated[: cfg.max_new_tokens]
+        if cap is not None:
+            generated = generated[:cap]
         return self._trace(prompt_ids, prompt_text, generated, stop_reason, wall)
 
     def _store_block(self, session: KVSession, block: BlockState, step: int, last: bool, stopped: bool):
@@ -282,15 +290,17 @@ class Decoder:
         first draft, except for families whose commit also predicts the next
         block's first token (Fast-dLLM v2), which need it before that draft.
         """
-        if self.official:
-            needed = self.model.official_commit(last_block=last, stopped=stopped)
+        cfg, official = self.config, self.official
+        if official is not None:
+            needed = (official.commit_stop_block or not stopped) and (official.commit_last_block or not last)
         else:
             needed = not (last or stopped)
             if needed and not self.model.next_token_from_commit:
                 return block.tokens
         if needed:
+            keep_rows = official is not None and official.draft_ver_rows_in_commit and cfg.draft_ver
             self._begin(block, step)
-            self.model.commit_forward(session, block.tokens, self.config.cache_ver)
+            self.model.commit_forward(session, block.tokens, cfg.cache_ver, block.causal_rows if keep_rows else 0)
         return None
 
     def _decode_block(self, session: KVSession, block: BlockState, pending, stops) -> tuple[int | None, int]:
@@ -347,6 +357,7 @@ class Decoder:
         causal_prefix = 0
         if cfg.draft_ver:
             causal_prefix = block.masked.index(True) if any(block.masked) else len(block.masked)
+            block.causal_rows = causal_prefix
         logits = self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix)
         draft = self._draft(logits)
         edits = self._edits(draft, block) if cfg.edit_threshold is not None else []
@@ -458,7 +469,8 @@ class Decoder:
     ) -> RouteContext:
         cfg = self.config
         width = cfg.sub_block_length
-        progress = min(1.0, block.decoded / width)
+        filled = width - sum(candidates) if self.model.ucb_progress_counts_filled else block.decoded
+        progress = min(1.0, filled / width)
         if span is None:
             return RouteContext(0, 0, width, progress, 0.0, 0, 0.0)
         span_start, span_length = span

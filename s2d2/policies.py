@@ -230,7 +230,14 @@ class UCBPolicy(Policy):
         return self._record(
             ctx,
             verify >= skip,
-            detail={"bucket": bucket, "ucb_skip": skip, "ucb_verify": verify, "t": self.t},
+            detail={
+                "bucket": bucket,
+                "ucb_skip": skip,
+                "ucb_verify": verify,
+                "t": self.t,
+                "block_progress": ctx.block_progress,
+                "mean_entropy": ctx.mean_entropy,
+            },
         )
 
     def observe(self, route, committed):

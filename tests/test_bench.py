@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from components import benchmarks
 from components.benchmarks import frontier_figure, load_summary, summary_frame
 from s2d2 import bench
 
@@ -36,6 +37,7 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     assert ar["speedup_nfe_vs_ar"] == 1.0
     assert s2d2["speedup_nfe_vs_ar"] == pytest.approx(ar["nfe_per_problem"] / s2d2["nfe_per_problem"])
     assert summary["meta"]["problems_per_family"] == 5
+    benchmarks.main([str(single)])  # the figures are drawn from summary.json, outside the engine
     for axis in ("nfe", "wall"):
         assert (single / f"frontier_{axis}.html").stat().st_size > 1000
     fig = frontier_figure(summary["methods"], "nfe")

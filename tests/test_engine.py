@@ -7,7 +7,7 @@ import torch
 from helpers import CountingForward, assert_each_token_committed_once, exact_greedy_s2d2, random_prompts
 
 from s2d2 import masks
-from s2d2.config import DecodeConfig, VerifyConfig, preset_config
+from s2d2.config import DecodeConfig, VerifyConfig, config_from_settings, preset_config
 from s2d2.decode import Decoder, first_masked_span, generate, rule_commits
 from s2d2.sampling import SamplingConfig
 from s2d2.trace import Trace
@@ -205,3 +205,77 @@ def test_editing_rewrites_committed_tokens_and_the_trace_replays_them(tiny_model
     assert [final[i] for i in range(len(trace.output_ids))] == trace.output_ids
     assert trace.summary.edits > 0
     assert Trace.from_json(trace.to_json()) == trace
+
+
+# -- the official code's options --------------------------------------------------------
+
+STOCHASTIC = SamplingConfig(temperature=1.0)
+
+
+def s2d2_trace(model, seed: int = 0, **settings) -> Trace:
+    """Stochastic S2D2 over a few prompts' worth of steps, with the given settings."""
+    settings = {"policy": "always", **settings}
+    config = config_from_settings(
+        method="s2d2", block_length=8, max_new_tokens=32, temperature=1.0, acceptance="stochastic", seed=seed,
+        **settings,
+    )  # fmt: skip
+    return generate(model, random_prompts(model, 1, seed=seed)[0], config)
+
+
+def committed_positions(trace: Trace, outcome: str):
+    return [p for s in trace.steps for p in s.committed if p.outcome == outcome]
+
+
+def test_without_resampling_a_rejected_draft_is_committed_as_it_is(tiny_model):
+    trace = s2d2_trace(tiny_model, allow_resample=False)
+    kept = committed_positions(trace, "kept")
+    assert kept and not committed_positions(trace, "resampled")
+    assert all(p.committed == p.token for p in kept)
+    assert_each_token_committed_once(trace)
+
+
+def test_ratio_tempering_zero_accepts_every_draft(tiny_model):
+    """(q/p)^0 = 1: every draft of every verified span is accepted."""
+    trace = s2d2_trace(tiny_model, ratio_tempering=0.0)
+    verified = [s for s in trace.steps if s.accepted is not None]
+    assert verified and all(s.accepted == s.route.span_length for s in verified)
+
+
+@pytest.mark.parametrize("all_spans", [False, True])
+def test_ratio_threshold_adds_drafts_whose_ratio_reaches_it(tiny_model, all_spans):
+    # Two steps per block: the fallback tops each step up to B/2 commits anywhere, so masks lie beyond the span.
+    trace = s2d2_trace(tiny_model, ratio_threshold=0.3, threshold_all_spans=all_spans, steps=2)
+    extra = committed_positions(trace, "ratio")
+    assert extra and all(min(1.0, p.ratio) >= 0.3 for p in extra)
+    outside_span = [
+        p for s in trace.steps if s.route for p in s.committed
+        if p.outcome == "ratio" and not s.route.span_start <= p.position - s.block_start < s.route.span_start + s.route.span_length
+    ]  # fmt: skip
+    assert bool(outside_span) == all_spans
+    assert_each_token_committed_once(trace)
+
+
+def test_always_check_high_confidence_commits_confident_drafts_outside_the_span(tiny_model):
+    trace = s2d2_trace(tiny_model, always_check_high_confidence=True, threshold=0.005)
+    confident = committed_positions(trace, "confident")
+    assert confident and all(p.p > 0.005 for p in confident)
+    assert_each_token_committed_once(trace)
+
+
+def test_ucb_block_progress_counts_tokens_decoded_in_the_block(tiny_model):
+    """Official definition: decoded here / block length, so a prompt tail in the block does not count."""
+    prompt = random_prompts(tiny_model, 1, seed=3)[0][:6]  # B=4: the first block holds 2 prompt tokens
+    trace = generate(tiny_model, prompt, config_from_settings(method="s2d2", block_length=4, policy="ucb",
+                                                              max_new_tokens=12))  # fmt: skip
+    decoded: dict[int, int] = {}
+    for s in trace.steps:
+        assert s.route.detail["block_progress"] == pytest.approx(decoded.get(s.block, 0) / 4)
+        decoded[s.block] = decoded.get(s.block, 0) + len(s.committed)
+    assert trace.steps[0].route.detail["block_progress"] == 0.0
+
+
+def test_entropy_bounded_baseline_commits_each_token_once(tiny_model):
+    trace = generate(tiny_model, random_prompts(tiny_model, 1, seed=4)[0],
+                     DecodeConfig(method="entropy_bounded", block_length=8, steps=2, eb_threshold=15.0, max_new_tokens=24))  # fmt: skip
+    assert_each_token_committed_once(trace)
+    assert max(len(s.committed) for s in trace.steps) > 1

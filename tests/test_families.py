@@ -408,3 +408,88 @@ def test_every_decoder_commits_each_token_once_and_counts_every_model_call(model
         assert trace.summary.committed_by_outcome["carried"] == len(trace.output_ids)
     elif config.method == "ar":
         assert trace.summary.nfe_by_kind["draft"] == len(trace.output_ids)
+
+
+# -- fidelity to each family's official decoding ------------------------------------
+
+
+def test_fast_dllm_commits_a_blocks_first_token_from_the_previous_row_before_drafting(family_models):
+    """Official Fast-dLLM v2: the first token of a block is the argmax of the last row of the forward that
+    stored the block before it, committed before the first draft, which thus drafts B − 1 masks."""
+    model = family_models["fast_dllm_v2"]
+    B = 4
+    prompt = random_prompts(model, 1, seed=3)[0][:8]  # a block multiple: the prefill predicts block 0's first token
+    config = DecodeConfig(method="dynamic", block_length=B, threshold=0.5, max_new_tokens=16, cache_ver=True)
+    trace = generate(model, prompt, config)  # causal KV: the stored row is the AR distribution
+    for block in sorted({s.block for s in trace.steps}):
+        steps = [s for s in trace.steps if s.block == block]
+        first, draft = steps[0], steps[1]
+        assert first.forwards == [] and [p.outcome for p in first.positions] == ["carried"]
+        assert all(p.position != first.positions[0].position for p in draft.positions)
+        assert len(draft.positions) == min(B, len(trace.output_ids) - first.positions[0].position) - 1
+        context = prompt + trace.output_ids[: first.positions[0].position]
+        assert first.positions[0].committed == int(autoregressive_distribution(model, context).argmax())
+
+
+@pytest.fixture(scope="module")
+def every_family(family_models, tiny_model):
+    return {**family_models, "sdar": tiny_model}
+
+
+def with_stop_tokens(model, stops: list[int]):
+    """The same loaded model with other stop tokens (adapters read them per decode)."""
+    clone = object.__new__(type(model))
+    clone.__dict__.update(model.__dict__, stop_token_ids=sorted(stops))
+    return clone
+
+
+def test_llada2_looks_for_stop_tokens_only_in_complete_blocks(family_models):
+    model = family_models["llada2"]
+    prompt = random_prompts(model, 1, seed=4)[0][:8]
+    config = DecodeConfig(method="dynamic", block_length=8, threshold=0.3, max_new_tokens=24)
+    free = generate(model, prompt, config)
+    stop = free.output_ids[2]  # a token it generates early inside the first block
+    stopped = generate(with_stop_tokens(model, [stop]), prompt, config)
+    assert stopped.stop_reason == "stop_token"
+    assert stopped.output_ids == free.output_ids[: free.output_ids.index(stop) + 1]
+    first_block = {p.position for s in stopped.steps if s.block == 0 for p in s.committed}
+    assert first_block == set(range(8)), "the block holding the stop token is decoded to its end"
+    eager = with_stop_tokens(model, [stop])
+    eager.stop_at_block_end = False  # what the other families do: stop as soon as the stop token is final
+    eager_block = {p.position for s in generate(eager, prompt, config).steps if s.block == 0 for p in s.committed}
+    assert eager_block < first_block
+
+
+def test_llada2_post_edit_steps_route_an_empty_span_and_hysteresis_turns_off(family_models):
+    model = family_models["llada2"]
+    prompt = random_prompts(model, 1, seed=6)[0][:8]
+    config = DecodeConfig(
+        method="s2d2", block_length=8, threshold=0.5, edit_threshold=0.0, max_post_steps=2, max_new_tokens=16,
+        verify=VerifyConfig(policy="hysteresis", score="dynamic", c=0.0, tau_on=-1.0, tau_off=-5.0),
+    )  # fmt: skip
+    trace = generate(model, prompt, config)
+    post = [s for s in trace.steps if not s.positions]
+    assert post, "editing-only steps ran"
+    for s in post:
+        assert s.route is not None and s.route.span_length == 0 and not s.route.verify and s.route.state == "off"
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2", "fast_dllm_v2"])
+def test_official_accounting_spends_commit_forwards_where_the_official_code_does(every_family, family):
+    """SDAR commits every block (the stop block and the last included); LLaDA2 skips the last block and an
+    EOS block; Fast-dLLM v2 commits every finished block but none on stop."""
+    model = every_family[family]
+    B = 4
+    prompt = random_prompts(model, 1, seed=8)[0][:8]
+    config = DecodeConfig(method="dynamic", block_length=B, threshold=0.5, max_new_tokens=12, accounting="official")
+    free = generate(model, prompt, config)
+    blocks = len({s.block for s in free.steps})
+    assert len(free.output_ids) == blocks * B, "the official code decodes whole blocks"
+    expected = {"sdar": blocks, "llada2": blocks - 1, "fast_dllm_v2": blocks}[family]
+    assert free.summary.nfe_by_kind["commit"] == expected
+    stop = free.output_ids[B + 1]  # stops inside the second block
+    stopped = generate(with_stop_tokens(model, [stop]), prompt, config)
+    assert stopped.stop_reason == "stop_token"
+    decoded = len({s.block for s in stopped.steps})
+    expected = {"sdar": decoded, "llada2": decoded - 1, "fast_dllm_v2": decoded - 1}[family]
+    assert stopped.summary.nfe_by_kind["commit"] == expected

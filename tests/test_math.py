@@ -9,6 +9,7 @@ import torch
 
 from s2d2.acceptance import residual_energy, residual_mass, verify_drafts
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
+from s2d2.decode import entropy_bounded_commits
 from s2d2.policies import (
     HysteresisPolicy,
     RouteContext,
@@ -91,6 +92,22 @@ def test_estimators():
     assert margin.tolist() == [1.0, 0.0, 0.0]
     power = acceptance_estimate(probs, confidence, VerifyConfig(estimator="soft_confidence", confidence_power=2))
     assert power.tolist() == pytest.approx([1.0, 0.0625, 0.25])
+    hard_entropy = acceptance_estimate(probs, confidence, VerifyConfig(estimator="hard_entropy_threshold",
+                                                                       entropy_threshold=0.6))  # fmt: skip
+    assert hard_entropy.tolist() == [1.0, 0.0, 1.0]  # normalised entropies 0, 1 and about 0.56
+    linear = acceptance_estimate(probs, confidence, VerifyConfig(estimator="soft_clipped_linear_margin",
+                                                                 margin_coef=10.0))  # fmt: skip
+    assert linear.tolist() == pytest.approx([1.0, 0.0, 0.2])
+    renyi = acceptance_estimate(probs, confidence, VerifyConfig(estimator="soft_renyi_2_entropy"))
+    assert renyi.tolist() == pytest.approx([1.0, 0.25, 0.25 + 0.2304 + 0.0004])
+
+
+def test_entropy_bounded_rule_takes_the_least_uncertain_within_the_budget():
+    entropy = [0.3, 0.05, 0.9, 0.1, 0.0]
+    # cumulative entropies in order 0, 0.05, 0.15, 0.45: three stay below the budget
+    assert entropy_bounded_commits(entropy, [0, 1, 2, 3, 4], k=5, budget=0.2) == [4, 1, 3]
+    assert entropy_bounded_commits(entropy, [0, 2], k=5, budget=0.2) == [0]  # at least one
+    assert entropy_bounded_commits(entropy, [0, 1, 2, 3, 4], k=1, budget=10.0) == [4]  # at most k
 
 
 def ctx(expected: float, n_high: int = 0, span: int = 4) -> RouteContext:

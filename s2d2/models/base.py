@@ -41,6 +41,31 @@ from .. import masks
 ForwardRecorder = Callable[[str, int, float], None]
 
 
+@dataclass(frozen=True)
+class OfficialConventions:
+    """How a family's official code spends forwards, stops and sizes its output.
+
+    Used under ``accounting="official"`` only (docs/ALGORITHM.md lists them):
+
+    - ``commit_stop_block`` / ``commit_last_block``: whether a commit forward
+      stores the block holding the stop token / the last block of the budget;
+    - ``stop_at_block_end``: stop tokens are looked for only in complete blocks;
+    - ``budget``: ``whole_blocks`` decodes up to the end of the block holding
+      the last budget position and keeps it all (SDAR), ``whole_blocks_trimmed``
+      decodes the same but cuts the output to the budget (LLaDA2),
+      ``floor_blocks`` decodes ``max_new_tokens // B`` blocks (Fast-dLLM v2);
+    - ``draft_ver_rows_in_commit``: the causal rows ``draft_ver`` set while
+      drafting stay causal in the block's commit when ``cache_ver`` is off
+      (SDAR edits its mask in place).
+    """
+
+    commit_stop_block: bool = True
+    commit_last_block: bool = True
+    stop_at_block_end: bool = True
+    budget: str = "whole_blocks"
+    draft_ver_rows_in_commit: bool = True
+
+
 @contextlib.contextmanager
 def quiet_transformers():
     """Silence transformers' loading chatter (progress bars, the expected
@@ -89,8 +114,11 @@ class BlockDiffusionModel(ABC):
     - ``keep_rejected_draft``: without resampling (``allow_resample=False``)
       the official code commits a rejected draft as it is (SDAR), or leaves the
       position to the diffusion rule (Fast-dLLM v2);
-    - :meth:`official_commit`: whether the family's official code spends a
-      commit forward on a finished block (``accounting="official"``).
+    - ``official``: how its official code spends forwards, stops and sizes
+      its output (:class:`OfficialConventions`, for ``accounting="official"``);
+    - ``ucb_progress_counts_filled``: the UCB router's block progress counts
+      every filled position of the sub-block (Fast-dLLM v2) rather than the
+      tokens decoded in the block (SDAR).
     """
 
     family: str = ""
@@ -101,6 +129,8 @@ class BlockDiffusionModel(ABC):
     next_token_from_commit = False
     stop_at_block_end = False
     keep_rejected_draft = True
+    ucb_progress_counts_filled = False
+    official = OfficialConventions()
 
     def __init__(self, model: torch.nn.Module, tokenizer, mask_token_id: int, stop_token_ids: list[int], name: str):
         self.model = model.eval()
@@ -146,14 +176,6 @@ class BlockDiffusionModel(ABC):
         adapter.trained_block_lengths = cls.trained_block_lengths_of(config)
         return adapter
 
-    def official_commit(self, last_block: bool, stopped: bool) -> bool:
-        """Whether the official code stores a finished block's KV with a forward of its own.
-
-        SDAR's does for every block, the one holding the stop token and the
-        last one included.
-        """
-        return True
-
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
@@ -195,11 +217,11 @@ class BlockDiffusionModel(ABC):
     def verify_span(self, session: KVSession, block: torch.Tensor, span_start: int, span_length: int) -> torch.Tensor:
         """Verifier logits ``(span_length, V)``: block-size-1 predictions of the span."""
 
-    def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool) -> torch.Tensor:
-        """Store ``block``'s KV on its own, causally or bidirectionally;
-        returns the last position's logit row."""
+    def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool, causal_prefix: int = 0) -> torch.Tensor:
+        """Store ``block``'s KV on its own, causally or bidirectionally (its first
+        ``causal_prefix`` rows causal); returns the last position's logit row."""
         n = block.shape[0]
-        allowed = masks.causal(n, self.device) if causal else torch.ones(n, n, dtype=torch.bool, device=self.device)
+        allowed = masks.causal(n, self.device) if causal else masks.draft_mask(0, n, False, causal_prefix, self.device)
         return self._forward(session, "commit", block, self._positions(session, n), allowed, keep_kv=n, keep_logits=1)[
             -1
         ]

@@ -30,7 +30,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from .. import masks
-from .base import BlockDiffusionModel
+from .base import BlockDiffusionModel, OfficialConventions
 from .sdar import REMOTE_ONLY_FIELDS
 
 FAST_DLLM_MASK_TOKEN_ID = 151665
@@ -54,6 +54,10 @@ class FastDLLMModel(BlockDiffusionModel):
     default_mask_token_id = FAST_DLLM_MASK_TOKEN_ID
     next_token_from_commit = True
     keep_rejected_draft = False
+    ucb_progress_counts_filled = True
+    official = OfficialConventions(
+        commit_stop_block=False, stop_at_block_end=False, budget="floor_blocks", draft_ver_rows_in_commit=False
+    )
 
     @staticmethod
     def matches(config: dict) -> bool:
@@ -64,15 +68,12 @@ class FastDLLMModel(BlockDiffusionModel):
     def trained_block_lengths_of(config: dict) -> tuple[int, ...]:
         return (int(config.get("bd_size", 32)),)
 
-    def official_commit(self, last_block: bool, stopped: bool) -> bool:
-        return not stopped
-
     def prefill(self, session, ids, causal, block_length):
         session.next_row = super().prefill(session, ids, causal, block_length)
         return session.next_row
 
-    def commit_forward(self, session, block, causal):
-        session.next_row = super().commit_forward(session, block, causal)
+    def commit_forward(self, session, block, causal, causal_prefix=0):
+        session.next_row = super().commit_forward(session, block, causal, causal_prefix)
         return session.next_row
 
     def draft_forward(self, session, block, commit, commit_causal, causal_prefix):

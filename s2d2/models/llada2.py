@@ -40,6 +40,7 @@ from transformers.core_model_loading import (
 )
 
 from .aligned import PositionAlignedModel
+from .base import OfficialConventions
 
 LLADA2_MASK_TOKEN_ID = 156895
 LLADA2_EOS_TOKEN_ID = 156892
@@ -158,6 +159,9 @@ class LLaDA2Model(PositionAlignedModel):
     default_mask_token_id = LLADA2_MASK_TOKEN_ID
     default_stop_token_ids = (LLADA2_EOS_TOKEN_ID,)
     stop_at_block_end = True
+    official = OfficialConventions(
+        commit_stop_block=False, commit_last_block=False, budget="whole_blocks_trimmed", draft_ver_rows_in_commit=False
+    )
 
     @staticmethod
     def matches(config: dict) -> bool:
@@ -171,6 +175,3 @@ class LLaDA2Model(PositionAlignedModel):
     @classmethod
     def prepare_loading(cls) -> None:
         register_checkpoint_conversion_mapping(cls.stock_class.__name__, llada2_weight_conversion(), overwrite=True)
-
-    def official_commit(self, last_block: bool, stopped: bool) -> bool:
-        return not (last_block or stopped)
