@@ -52,7 +52,7 @@ def draft_mask(
     """Mask for a draft forward over ``[finished block | current block]``.
 
     The finished block (``commit_length`` tokens, possibly zero) is the fused
-    commit of spec section 6: its rows see each other causally when the cache is
+    commit (docs/ALGORITHM.md, "Accounting"): its rows see each other causally when the cache is
     kept AR-like (``commit_causal``, the ``cache_ver`` option) and
     bidirectionally otherwise; it never sees the current block. The current
     block sees the whole finished block and itself bidirectionally, except that
@@ -74,7 +74,7 @@ def draft_mask(
 def verifier_mask(
     prefix_length: int, span_start: int, span_length: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """The "2L" verifier mask of a position-aligned model (spec section 3, step 4).
+    """The "2L" verifier mask of a position-aligned model (docs/ALGORITHM.md, "Verify").
 
     Input is ``[block[:prefix_length] with drafts filled | span_length mask tokens]``
     with ``prefix_length = span_start + span_length - 1`` at most. First-half rows

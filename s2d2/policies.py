@@ -3,7 +3,7 @@
 A verification costs one extra forward and commits the accepted prefix of the
 span plus one token. The estimators guess, from the *drafter's* distribution
 alone, how likely each drafted token is to be accepted (``α_i``); the expected
-number of accepted tokens is ``E[K] = Σ_k Π_{i≤k} α_i`` (spec section 4).
+number of accepted tokens is ``E[K] = Σ_k Π_{i≤k} α_i`` (docs/ALGORITHM.md, "Route").
 Policies turn that, and the state they keep across steps, into verify or skip.
 """
 

@@ -105,7 +105,7 @@ class StepRecord:
 
 @dataclass
 class Summary:
-    """Cost and acceptance statistics (spec section 6)."""
+    """Cost and acceptance statistics (docs/ALGORITHM.md, "Accounting")."""
 
     generated_tokens: int
     nfe: int

@@ -51,12 +51,13 @@ def setting_types() -> dict[str, object]:
     """Every flat setting name and its annotated type: DecodeConfig's fields, with
     each dataclass-typed field (a nested section) replaced by that section's fields."""
     found: dict[str, object] = {}
+    hints = typing.get_type_hints(DecodeConfig)
     for f in dataclasses.fields(DecodeConfig):
-        hint = typing.get_type_hints(DecodeConfig)[f.name]
-        if dataclasses.is_dataclass(hint):
-            found.update(typing.get_type_hints(hint))
+        if dataclasses.is_dataclass(hints[f.name]):
+            section = typing.get_type_hints(hints[f.name])
+            found.update({g.name: section[g.name] for g in dataclasses.fields(hints[f.name])})
         else:
-            found[f.name] = hint
+            found[f.name] = hints[f.name]
     return found
 
 
