@@ -135,6 +135,11 @@ class DecodeConfig:
                               group="verifier")
     draft_ver: bool = setting(False, "draft_ver", "committed rows of the current block attend causally while drafting",
                               group="verifier")
+    lookahead: bool = setting(
+        False, "Lookahead",
+        "a verification that may finish the block also carries its commit and the next block's first draft: "
+        "used when everything is accepted, discarded otherwise (same outputs, fewer forwards; off under official "
+        "accounting)", group="verifier")
     accounting: str = setting("fused", "Forward accounting",
                               "fused: commits ride on the next forward; official: the official code's forwards and stops",
                               choices=ACCOUNTINGS, group="advanced")
@@ -157,6 +162,12 @@ class DecodeConfig:
             raise ValueError(
                 f"sub-block length must divide the block length ({self.block_length}), got {self.sub_block_length}"
             )
+        if self.accounting == "official":
+            # The official codes spend the forwards a lookahead saves; like AR's block settings, it is normalised.
+            object.__setattr__(self, "lookahead", False)
+        if self.lookahead and self.edit_threshold is not None:
+            raise ValueError("lookahead cannot carry the draft rows of committed tokens that editing reads; "
+                             "turn off lookahead or edit_threshold")
         if self.steps is None:
             object.__setattr__(self, "steps", self.sub_block_length)
         if not 1 <= self.steps <= self.sub_block_length:
@@ -204,6 +215,7 @@ class Preset:
 
 # The paper's configurations (docs/ALGORITHM.md), all with soft_entropy_negexp;
 # "hysteresis" and "min-span" are the Fast-dLLM v2 routers at the bundled model's B=16.
+# Lookahead is on where it is exact (no editing) and the blocks are whole (Fast-dLLM's sub-blocks need draft_ver).
 PRESETS = {
     p.name: p
     for p in (
@@ -218,6 +230,7 @@ PRESETS = {
                 s2d2_rule="dynamic",
                 cache_ver=True,
                 draft_ver=True,
+                lookahead=True,
                 verify=dict(policy="score", score="static", c=1.0, tau_score=0.0),
             ),
         ),
@@ -232,6 +245,7 @@ PRESETS = {
                 s2d2_rule="dynamic",
                 cache_ver=True,
                 draft_ver=True,
+                lookahead=True,
                 verify=dict(policy="score", score="static", c=0.0, tau_score=0.0),
             ),
         ),
@@ -244,6 +258,7 @@ PRESETS = {
                 steps=16,
                 threshold=0.9,
                 s2d2_rule="dynamic",
+                lookahead=True,
                 verify=dict(policy="hysteresis", score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0),
             ),
         ),
@@ -256,6 +271,7 @@ PRESETS = {
                 steps=16,
                 threshold=0.9,
                 s2d2_rule="dynamic",
+                lookahead=True,
                 verify=dict(policy="min_span", tau_span=8),
             ),
         ),

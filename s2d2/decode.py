@@ -26,7 +26,7 @@ import torch
 from . import trace as tr
 from .acceptance import draft_ratios, residual_energy, residual_mass, verify_drafts
 from .config import DecodeConfig
-from .models.base import BlockDiffusionModel, KVSession
+from .models.base import BlockDiffusionModel, KVSession, Lookahead
 from .policies import (
     RouteContext,
     acceptance_estimate,
@@ -101,6 +101,7 @@ class BlockState:
     masked: list[bool]
     active: list[bool]
     tokens: torch.Tensor
+    last: bool = False  # the budget ends in this block
     decoded: int = 0  # tokens committed in this block so far
     causal_rows: int = 0  # rows the last draft_ver draft made causal
 
@@ -198,6 +199,18 @@ class Decoder:
         self.official = model.official if config.accounting == "official" else None
         # Where stops are looked for: after every step, or only in complete blocks.
         self.stop_at_block_end = model.stop_at_block_end or bool(self.official and self.official.stop_at_block_end)
+        # Incremental causal KV: under cache_ver + draft_ver a committed prefix attends causally, so its KV is
+        # already what the block's commit will store. Editing could rewrite it, and the official accounting
+        # counts the commit forward, so neither may use it.
+        self.incremental = (
+            config.cache_ver
+            and config.draft_ver
+            and config.accounting == "fused"
+            and config.edit_threshold is None
+            and model.supports_incremental_kv
+        )
+        self._next_draft: tuple[torch.Tensor, int] | None = None  # a used lookahead: (draft logits, its forward)
+        self._stored_by = None  # the forward whose lookahead stored the current block's commit
         self.forwards: list[tr.ForwardRecord] = []
         self.steps: list[tr.StepRecord] = []
         self._where = (-1, 0)
@@ -265,12 +278,13 @@ class Decoder:
         start, block_index = prefilled, 0
         while start < total:
             block = BlockState.starting(block_index, start, prompt_ids, total, self.model.mask_token_id, B, self.device)
+            block.last = start + B >= total
+            session.block_start = start
             end, step = self._decode_block(session, block, pending, stops)
             generated.extend(block.host[block.first_generated : (end if end is not None else B)])
             if self.on_progress:
                 self.on_progress(min(len(generated), cfg.max_new_tokens), cfg.max_new_tokens)
-            last = start + B >= total
-            pending = self._store_block(session, block, step, last=last, stopped=end is not None)
+            pending = self._store_block(session, block, step, stopped=end is not None)
             if end is not None:
                 stop_reason = "stop_token"
                 break
@@ -281,22 +295,26 @@ class Decoder:
             generated = generated[:cap]
         return self._trace(prompt_ids, prompt_text, generated, stop_reason, wall)
 
-    def _store_block(self, session: KVSession, block: BlockState, step: int, last: bool, stopped: bool):
-        """Store a finished block's KV; returns the block when its commit rides on the next draft.
+    def _store_block(self, session: KVSession, block: BlockState, step: int, stopped: bool):
+        """Store a finished block's KV; returns what of it rides on the next draft as its commit.
 
         ``official`` spends a commit forward exactly where the family's
         official code does. ``fused`` stores nothing that nothing will read (the
-        last block, a stopped one) and rides the commit on the next block's
-        first draft, except for families whose commit also predicts the next
-        block's first token (Fast-dLLM v2), which need it before that draft.
+        last block, a stopped one, a block already stored by incremental KV or
+        a lookahead) and rides the rest on the next block's first draft, except
+        for families whose commit also predicts the next block's first token
+        (Fast-dLLM v2), which need it before that draft.
         """
-        cfg, official = self.config, self.official
+        cfg, official, last = self.config, self.official, block.last
         if official is not None:
             needed = (official.commit_stop_block or not stopped) and (official.commit_last_block or not last)
         else:
-            needed = not (last or stopped)
+            cached, stored_by, self._stored_by = session.cached_in_block, self._stored_by, None
+            if self.model.next_token_from_commit and stored_by is not None and not (last or stopped):
+                self.forwards[stored_by].lookahead = tr.LOOKAHEAD_USED  # it saved this commit forward
+            needed = not (last or stopped) and cached < len(block.host)
             if needed and not self.model.next_token_from_commit:
-                return block.tokens
+                return block.tokens[cached:]
         if needed:
             keep_rows = official is not None and official.draft_ver_rows_in_commit and cfg.draft_ver
             self._begin(block, step)
@@ -320,14 +338,14 @@ class Decoder:
             window_step = 0
             while any(block.masked[i] for i in window):
                 candidates = [m and i in window for i, m in enumerate(block.masked)]
-                self._step(session, block, step, window_step, candidates, pending)
+                self._step(session, block, step, window_step, candidates, pending, window.stop)
                 pending = None
                 step, window_step = step + 1, window_step + 1
                 end = None if self.stop_at_block_end else block.stop_end(stops)
                 if end is not None:
                     return end, step
         for _ in range(cfg.max_post_steps if cfg.edit_threshold is not None else 0):
-            edits = self._step(session, block, step, 0, [False] * size, pending)
+            edits = self._step(session, block, step, 0, [False] * size, pending, size)
             pending = None
             step += 1
             end = None if self.stop_at_block_end else block.stop_end(stops)
@@ -349,23 +367,37 @@ class Decoder:
         self.steps.append(tr.StepRecord(block.index, 0, block.offset, [], [position]))
 
     def _step(
-        self, session: KVSession, block: BlockState, step: int, window_step: int, candidates: list[bool], pending
+        self,
+        session: KVSession,
+        block: BlockState,
+        step: int,
+        window_step: int,
+        candidates: list[bool],
+        pending,
+        window_end: int,
     ) -> int:
-        """One draft forward and what it commits among ``candidates``; returns the edit count."""
+        """One draft (a forward, or a used lookahead) and what it commits among ``candidates``;
+        returns the edit count. ``window_end`` is where the current sub-block ends."""
         cfg = self.config
         self._begin(block, step)
         causal_prefix = 0
         if cfg.draft_ver:
             causal_prefix = block.masked.index(True) if any(block.masked) else len(block.masked)
             block.causal_rows = causal_prefix
-        logits = self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix)
+        if self._next_draft is not None:
+            logits, forward = self._next_draft
+            self._next_draft = None
+            self.forwards[forward].lookahead = tr.LOOKAHEAD_USED
+        else:
+            logits = self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix,
+                                              store_prefix=self.incremental)  # fmt: skip
         draft = self._draft(logits)
         edits = self._edits(draft, block) if cfg.edit_threshold is not None else []
         block.write({e.position - block.offset: e.new for e in edits})
         n_candidates = sum(candidates)
         k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], n_candidates)
         if self.policy is not None:
-            decision = self._s2d2_step(session, block, draft, candidates, k_min)
+            decision = self._s2d2_step(session, block, draft, candidates, k_min, window_end)
         else:
             decision = StepDecision(self._fallback(draft, candidates, {}, k_min, tr.THRESHOLD))
         decision.edits = edits
@@ -440,7 +472,7 @@ class Decoder:
     # -- S2D2: route → verify span → accept or resample → fallback ----------
 
     def _s2d2_step(
-        self, session: KVSession, block: BlockState, draft: Draft, candidates: list[bool], k_min: int
+        self, session: KVSession, block: BlockState, draft: Draft, candidates: list[bool], k_min: int, window_end: int
     ) -> StepDecision:
         """One S2D2 step over the ``candidates`` (the current sub-block's masks)."""
         v = self.config.verify
@@ -449,7 +481,7 @@ class Decoder:
         verification = None
         commits: Commits = {}
         if route.verify and span is not None:
-            verification = self._verify_span(session, block, draft, candidates, span)
+            verification = self._verify_span(session, block, draft, candidates, span, window_end)
             commits = dict(verification.commits)
         if v.always_check_high_confidence:
             threshold = self.config.threshold
@@ -495,15 +527,45 @@ class Decoder:
             mean_entropy=values[1] if len(values) > 1 else 0.0,
         )
 
+    def _lookahead_plan(self, block: BlockState, span: tuple[int, int], window_end: int) -> Lookahead | None:
+        """What the verification should carry for the case that it accepts everything to ``window_end``.
+
+        At the end of a block: the block's commit and the next block's first
+        draft (a right-shifted family only gets the commit, under ``cache_ver``:
+        its next first token is not known before the forward). At the end of a
+        sub-block: the next sub-block's draft, exact under ``draft_ver`` only,
+        where the committed prefix attends causally as in the verifier.
+        """
+        cfg, size = self.config, len(block.masked)
+        if not cfg.lookahead or sum(span) != window_end:
+            return None
+        if window_end < size:
+            if not cfg.draft_ver or self.model.next_token_from_commit:
+                return None
+            return Lookahead(window_end, size - window_end, "none")
+        if block.last:
+            return None
+        if self.model.next_token_from_commit:
+            return Lookahead(size, 0, "first_half") if cfg.cache_ver else None
+        return Lookahead(size, size, "first_half" if cfg.cache_ver else "rows")
+
     def _verify_span(
-        self, session: KVSession, block: BlockState, draft: Draft, candidates: list[bool], span: tuple[int, int]
+        self,
+        session: KVSession,
+        block: BlockState,
+        draft: Draft,
+        candidates: list[bool],
+        span: tuple[int, int],
+        window_end: int,
     ) -> Verification:
         """One verifier forward over the span, then accept or resample.
 
         Commits the accepted prefix and, at the first rejection, the residual
         sample (or, without resampling, the family's official choice); a ratio
         threshold adds later drafts of the span (or of every masked candidate)
-        whose acceptance probability reaches it.
+        whose acceptance probability reaches it. Then keeps the KV that is
+        already a commit's (incremental KV, a used lookahead) and holds a used
+        lookahead's draft for the next step.
         """
         v = self.config.verify
         start, length = span
@@ -511,7 +573,9 @@ class Decoder:
         if v.ratio_threshold is not None and v.threshold_all_spans:
             reach = max(i for i, c in enumerate(candidates) if c) - start + 1
         drafted = torch.where(block.tokens == self.model.mask_token_id, draft.tokens, block.tokens)
-        q = logits_to_probs(self.model.verify_span(session, drafted, start, reach), self.config.sampling)
+        plan = self._lookahead_plan(block, span, window_end) if reach == length else None
+        verified = self.model.verify(session, drafted, start, reach, keep_prefix=self.incremental, lookahead=plan)
+        q = logits_to_probs(verified.logits, self.config.sampling)
         rows = slice(start, start + length)
         verdict = verify_drafts(
             draft.tokens[rows], draft.probs[rows], q[:length], self.generator, v.acceptance, v.ratio_tempering
@@ -538,6 +602,18 @@ class Decoder:
                 if candidates[i] and i not in commits and table[k][4] >= v.ratio_threshold:
                     commits[i] = (draft.tokens_host[i], tr.RATIO)
         stats = {start + k: tuple(row[:4]) for k, row in enumerate(table) if candidates[start + k]}
+        used = plan is not None and accepted == length
+        self.model.settle(session, verified, verified.rows_to_keep(start + accepted, used, plan, self.incremental))
+        if plan is not None:
+            forward = len(self.forwards) - 1
+            self.forwards[forward].lookahead = tr.LOOKAHEAD_DISCARDED
+            if used and not plan.count:
+                self._stored_by = forward
+            elif used:
+                rows = verified.lookahead
+                if plan.start < len(block.masked):  # the next sub-block: rows before it are not drafted
+                    rows = torch.cat([rows.new_zeros(plan.start, rows.shape[-1]), rows])
+                self._next_draft = (rows, forward)
         return Verification(start, accepted, commits, stats)
 
     # -- the record --------------------------------------------------------

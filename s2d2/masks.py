@@ -93,6 +93,37 @@ def verifier_mask(
     return allowed
 
 
+def lookahead_verifier_mask(
+    commit_length: int,
+    prefix_length: int,
+    span_start: int,
+    span_length: int,
+    lookahead_length: int,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """The verifier mask with a lookahead (docs/ALGORITHM.md, "Lookahead").
+
+    Input: ``[commit rows | verifier first half | verifier masks | lookahead masks]``.
+    The verifier part is :func:`verifier_mask`, blind to everything else. The
+    optional ``commit_length`` rows store a finished block as the commit does
+    without ``cache_ver`` (bidirectionally); the lookahead rows are the next
+    draft's masks and see the finished tokens (the commit rows if there are any,
+    else the verifier's causal first half, which then *is* the commit) and each
+    other, never the verifier's masks. So their logits are the next draft's.
+    """
+    verifier = prefix_length + span_length
+    n = commit_length + verifier + lookahead_length
+    allowed = torch.zeros(n, n, dtype=torch.bool, device=device)
+    allowed[:commit_length, :commit_length] = True
+    body = slice(commit_length, commit_length + verifier)
+    allowed[body, body] = verifier_mask(prefix_length, span_start, span_length, device)
+    rows = slice(commit_length + verifier, n)
+    finished = slice(0, commit_length) if commit_length else slice(commit_length, commit_length + prefix_length)
+    allowed[rows, finished] = True
+    allowed[rows, rows] = True
+    return allowed
+
+
 def training_mask(length: int, block_length: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """SDAR's training mask over ``[noisy copy | clean copy]`` of one sequence.
 

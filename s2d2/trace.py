@@ -26,9 +26,17 @@ CONFIDENT = "confident"  # draft outside the verified span committed for its con
 OUTCOMES = (THRESHOLD, ACCEPTED, RESAMPLED, FALLBACK, CARRIED, KEPT, RATIO, CONFIDENT)
 
 
+LOOKAHEAD_USED = "used"  # the verification accepted everything: its extra rows were the next draft (and commit)
+LOOKAHEAD_DISCARDED = "discarded"  # something was rejected, or decoding stopped: the extra rows were thrown away
+
+
 @dataclass
 class ForwardRecord:
-    """One model call: what it was for, how many tokens went in, how long it took."""
+    """One model call: what it was for, how many tokens went in, how long it took.
+
+    ``lookahead`` is set on a verification that carried a lookahead: ``used``
+    or ``discarded``.
+    """
 
     index: int
     kind: str
@@ -36,6 +44,7 @@ class ForwardRecord:
     seconds: float
     block: int
     step: int
+    lookahead: str | None = None
 
 
 @dataclass
@@ -124,6 +133,8 @@ class Summary:
     acceptance_rate: float | None
     mean_accepted_length: float | None
     edits: int = 0
+    lookaheads_used: int = 0
+    lookaheads_discarded: int = 0
 
 
 @dataclass
@@ -240,6 +251,8 @@ def summarize(forwards: list[ForwardRecord], steps: list[StepRecord], generated:
         acceptance_rate=drafts_accepted / drafts_verified if drafts_verified else None,
         mean_accepted_length=drafts_accepted / len(verified_steps) if verified_steps else None,
         edits=sum(e.position < generated for s in steps for e in s.edits),
+        lookaheads_used=sum(f.lookahead == LOOKAHEAD_USED for f in forwards),
+        lookaheads_discarded=sum(f.lookahead == LOOKAHEAD_DISCARDED for f in forwards),
     )
 
 

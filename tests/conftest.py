@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from s2d2.models import load_model
-from s2d2.train import TrainConfig, write_random_checkpoint
+from s2d2.train import TrainConfig, build_tokenizer, write_random_checkpoint
 
 TINY = TrainConfig(
     hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, max_positions=512, tokenizer_corpus=500
@@ -31,6 +31,45 @@ def tiny_path(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_path):
     return load_model(tiny_path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: on a busy CPU, waking a thread pool for each small MoE
+    operation costs far more than it saves (50x slower on two shared cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer(TINY)
+
+
+@pytest.fixture(scope="session")
+def family_paths(tmp_path_factory, tokenizer) -> dict[str, str]:
+    """Fast-dLLM v2 and LLaDA2 checkpoints in their published layouts (see checkpoints.py)."""
+    from checkpoints import WRITERS
+
+    return {family: write(tmp_path_factory.mktemp(family), tokenizer) for family, write in WRITERS.items()}
+
+
+@pytest.fixture(scope="session")
+def family_models(family_paths):
+    return {family: load_model(path, device="cpu") for family, path in family_paths.items()}
+
+
+@pytest.fixture(params=["fast_dllm_v2", "llada2"])
+def model(request, family_models):
+    return family_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def every_family(family_models, tiny_model):
+    """One tiny model of each family: SDAR, Fast-dLLM v2, LLaDA2."""
+    return {**family_models, "sdar": tiny_model}
 
 
 @pytest.fixture

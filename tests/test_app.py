@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import astuple
-from pathlib import Path
+import urllib.request
 
 import pytest
 from gradio_client import Client
 
 from components import ui
 from components.bundle import bundle_json
-from components.runner import RUN_NAMES, Settings
-from s2d2.models import DEFAULT_MODEL
+from components.runner import RUN_NAMES, build_configs, defaults, resolve, run_all
 
-EXAMPLES = json.loads((Path(ui.ASSETS) / "examples.json").read_text())
-
-
-def exported(value) -> dict:
-    """The saved comparison behind the download button's value (a path, or an update carrying one)."""
-    path = value["value"] if isinstance(value, dict) else value
-    return json.loads(Path(path).read_text())
-
-
-def call_run(client: Client, prompt: str, **changes):
-    settings = Settings(**changes)
-    return client.predict(DEFAULT_MODEL, prompt, *astuple(settings), api_name="/run_comparison")
+EXAMPLES = ui.examples()
+PROMPTS = [e["prompt"] for e in EXAMPLES]
+README = (ui.ASSETS.parent / "README.md").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -34,39 +22,88 @@ def client(app_url):
     return Client(app_url, verbose=False)
 
 
-def test_api_run_returns_texts_table_and_figures(client):
-    status, headline, *rest = call_run(client, EXAMPLES[0])
-    texts, plots, table, export = rest[:3], rest[3:8], rest[8], rest[9]
-    assert status == ""
-    assert "S2D2" in headline and "forwards" in headline
-    for text in texts:
-        assert 'class="tok tok-' in text
-    assert [row[0] for row in table["data"]] == list(RUN_NAMES)
-    assert "speedup vs AR (forwards)" in table["headers"]
-    for plot in plots:
-        figure = json.loads(plot["plot"])
-        assert figure["data"], "every figure has traces"
-    trajectory = json.loads(plots[1]["plot"])
-    assert len(trajectory["layout"]["sliders"][0]["steps"]) >= 1
-    saved = exported(export)
-    assert list(saved["runs"]) == list(RUN_NAMES)
+def test_only_compare_and_generate_are_in_the_api(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert sorted(endpoints) == ["/compare", "/generate"]
+    names = [p["parameter_name"] for p in endpoints["/compare"]["parameters"]]
+    assert names[:3] == ["prompt", "model", "preset"]
+    assert {"block_length", "acceptance", "seed", "allow_resample", "ratio_threshold"} <= set(names)
 
 
-def test_two_users_at_once_get_their_own_results(app_url):
-    prompts = [EXAMPLES[0], EXAMPLES[3]]
-    answers: dict[int, tuple] = {}
+def test_compare_by_parameter_name_returns_traces_and_table(client):
+    result = client.predict(prompt=PROMPTS[2], model="bundled", preset="sdar-b", max_new_tokens=32, api_name="/compare")
+    assert list(result["runs"]) == list(RUN_NAMES)
+    assert [row["run"] for row in result["table"]] == list(RUN_NAMES)
+    s2d2 = result["runs"]["S2D2"]
+    assert s2d2["model"] == "bundled" and s2d2["config"]["block_length"] == 16
+    assert s2d2["config"]["verify"]["c"] == 0.0, "sdar-b's c = 0"
+    assert "warm-up" in result["timing"]
 
-    def user(i: int) -> None:
-        answers[i] = call_run(Client(app_url, verbose=False), prompts[i])
 
-    threads = [threading.Thread(target=user, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    for i, prompt in enumerate(prompts):
-        export = exported(answers[i][-1])
-        assert {run["prompt"] for run in export["runs"].values()} == {prompt}
+def test_generate_one_method_by_name(client):
+    result = client.predict(prompt=PROMPTS[2], method="dynamic", threshold=0.9, api_name="/generate")
+    trace = result["trace"]
+    assert trace["method"] == "dynamic" and trace["config"]["threshold"] == 0.9
+    assert "19" in trace["text"]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"seed": "abc"}, "seed must be int, got 'abc'"),
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"seed": -1}, "seed (Seed) must be in [0,"),
+        ({"seed": 10**30}, "seed (Seed) must be in [0,"),
+        ({"threshold": "nan"}, "must be a number, got NaN"),
+        ({"preset": "sdar-z"}, "unknown preset 'sdar-z'"),
+        ({"model": "/etc/passwd"}, "unknown model '/etc/passwd'"),
+        ({"tau_on": -1.0, "tau_off": 0.0}, "tau_on > tau_off"),
+        ({"block_length": 4, "steps": 8}, "steps must be between"),
+    ],
+)
+def test_bad_api_input_gets_the_pages_one_line_message(client, settings, message):
+    with pytest.raises(Exception) as err:
+        client.predict(prompt=PROMPTS[0], api_name="/compare", **settings)
+    assert message in str(err.value) and "Traceback" not in str(err.value)
+
+
+def test_readme_client_example_runs_against_the_app(app_url):
+    block = README.split("```python\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) == 5, "the README promises a five-line example"
+    code = block.replace("http://127.0.0.1:7860/", app_url)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert [row["run"] for row in scope["result"]["table"]] == list(RUN_NAMES)
+
+
+def test_mcp_lists_the_two_tools(app_url):
+    with urllib.request.urlopen(app_url + "gradio_api/mcp/schema", timeout=30) as response:
+        tools = {tool["name"]: tool for tool in json.loads(response.read())}
+    assert sorted(tools) == ["compare", "generate"]
+    properties = tools["compare"]["inputSchema"]["properties"]
+    assert {"prompt", "model", "preset", "block_length", "acceptance"} <= set(properties)
+
+
+def page_values(**changes) -> list:
+    """The settings panel's values in its order, as the page sends them."""
+    values = {**defaults(), **changes}
+    return [" ".join(map(str, v)) if isinstance(v, tuple) else v for v in values.values()]
+
+
+def final(generator) -> list:
+    *_, last = generator
+    return last
+
+
+def test_page_streams_then_shows_every_result():
+    updates = list(ui.run_comparison("bundled", PROMPTS[2], *page_values()))
+    streamed, last = updates[:-1], updates[-1]
+    assert streamed and all("Decoding" in u[0] or "timing them" in u[0] for u in streamed)
+    assert {name for u in streamed for name in RUN_NAMES if f"Decoding {name}" in u[0]} == set(RUN_NAMES)
+    status, headline, player_all, *texts = last[: 3 + len(RUN_NAMES)]
+    assert status == "" and "S2D2" in headline and "Play all" in player_all
+    assert all('class="tok tok-' in t for t in texts)
 
 
 @pytest.mark.parametrize(
@@ -74,46 +111,78 @@ def test_two_users_at_once_get_their_own_results(app_url):
     [
         ("   ", {}, "prompt is empty"),
         ("x" * 5000, {}, "limit is 4000"),
-        (EXAMPLES[0], {"tau_on": -1.0, "tau_off": 0.0}, "tau_on &gt; tau_off"),
-        (EXAMPLES[0], {"block_length": 4, "steps": 8}, "steps must be between"),
+        (PROMPTS[0], {"seed": 1.5}, "seed must be an integer"),
+        (PROMPTS[0], {"tau_on": -1.0, "tau_off": 0.0}, "tau_on &gt; tau_off"),
     ],
 )
-def test_bad_input_gives_a_clear_message_not_a_traceback(client, prompt, changes, message):
-    status, *rest = call_run(client, prompt, **changes)
+def test_bad_page_input_gives_the_same_message(prompt, changes, message):
+    status, *_ = final(ui.run_comparison("bundled", prompt, *page_values(**changes)))
     assert "status-error" in status and message in status
-    assert "Traceback" not in status
 
 
 def test_unknown_model_gives_a_clear_message():
-    status, *_ = ui.run_comparison(
-        "nobody/nothing-here", EXAMPLES[0], *astuple(Settings()), progress=lambda *a, **k: None
-    )
-    assert "status-error" in status and "cannot load" in status
+    status, *_ = final(ui.run_comparison("nobody/nothing-here", PROMPTS[0], *page_values()))
+    assert "status-error" in status and "unknown model" in status
 
 
 def test_cancel_stops_a_running_decode():
     class Request:
         session_hash = "cancel-test"
 
-    def progress(value, desc=""):
-        if "S2D2" in desc or "Baseline" in desc:
-            ui.cancel_run(Request())
-
-    status, *rest = ui.run_comparison(
-        DEFAULT_MODEL, EXAMPLES[0], *astuple(Settings()), request=Request(), progress=progress
-    )
-    assert "Cancelled" in status
+    stream = ui.run_comparison("bundled", PROMPTS[1], *page_values(), request=Request())
+    first = next(stream)
+    assert "Decoding" in first[0]
+    ui.cancel_run(Request())
+    last = final(stream)
+    assert "Cancelled" in last[0]
 
 
 def test_replay_renders_a_saved_comparison_without_a_model(tmp_path):
-    from components.runner import build_configs, run_all
-
-    traces = run_all(ui.MODELS.get(DEFAULT_MODEL), EXAMPLES[3], build_configs(Settings(max_new_tokens=24)))
+    traces = run_all(ui.MODELS.get("bundled"), PROMPTS[2], build_configs(resolve(given={"max_new_tokens": 24})))
     path = tmp_path / "saved.json"
     path.write_text(bundle_json(traces))
     status, headline, *rest = ui.replay(str(path))
     assert "no model was run" in status and "S2D2" in headline
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
+    bad.write_text(json.dumps({"schema_version": 999, "runs": {}}))
     status, *_ = ui.replay(str(bad))
-    assert "Cannot replay" in status
+    assert "Cannot replay" in status and "schema version 999" in status
+
+
+def test_page_opens_on_the_saved_run_with_its_prompt():
+    values = ui.startup()
+    assert values[-2] == PROMPTS[0] and values[-1] == EXAMPLES[0]["lesson"]
+    saved = json.loads(ui.DEMO_COMPARISON.read_text())
+    assert {run["prompt"] for run in saved["runs"].values()} == {PROMPTS[0]}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e["shows"] + ":" + e["prompt"][:20] for e in EXAMPLES])
+def test_every_example_shows_what_it_says(example):
+    traces = run_all(ui.MODELS.get("bundled"), example["prompt"], build_configs(resolve(example["preset"])))
+    ar, base, s2d2 = (traces[n] for n in RUN_NAMES)
+    s = s2d2.summary
+    assert s.generated_tokens >= 8, "the bundled model answers it"
+    if example["shows"] == "repair":
+        assert base.output_ids != ar.output_ids and s.rejections >= 1 and s2d2.output_ids == ar.output_ids
+    elif example["shows"] == "all-accepted":
+        assert s.verifications >= 1 and s.rejections == 0 and s2d2.output_ids == ar.output_ids
+    else:
+        assert example["shows"] == "router-skips" and s.verifications_skipped >= 1
+
+
+def test_first_and_second_run_on_a_fresh_server_time_alike(tmp_path):
+    """S2D2's wall-time speedup over AR, first and second run of a fresh server, within 20%."""
+    from app_server import AppServer
+
+    server = AppServer(tmp_path / "fresh.log")
+    try:
+        server.wait_ready()
+        client = Client(server.url, verbose=False)
+        speedups = []
+        for _ in range(2):
+            table = client.predict(prompt=PROMPTS[1], api_name="/compare")["table"]
+            speedups.append(next(row["speedup vs AR (wall)"] for row in table if row["run"] == "S2D2"))
+    finally:
+        server.stop()
+    print(f"\nS2D2 wall-time speedup over AR, first and second run: {speedups}")
+    assert abs(speedups[0] - speedups[1]) <= 0.2 * max(speedups), speedups

@@ -15,7 +15,7 @@ from components.figures import (
     router_figure,
     trajectory_figure,
 )
-from components.runner import Settings, build_configs, check_prompt, run_all
+from components.runner import build_configs, check_prompt, resolve, run_all
 from components.tables import stats_table
 from components.tokens import tokens_html
 from components.views import build_views
@@ -24,7 +24,7 @@ from s2d2.trace import OUTCOMES
 
 @pytest.fixture(scope="module")
 def runs(tiny_model):
-    settings = Settings(block_length=8, steps=8, threshold=0.3, max_new_tokens=24, acceptance="stochastic")
+    settings = resolve(given=dict(block_length=8, steps=8, threshold=0.3, max_new_tokens=24, acceptance="stochastic"))
     saved = tiny_model.stop_token_ids
     tiny_model.stop_token_ids = []
     try:
@@ -40,23 +40,25 @@ def test_runs_share_prompt_seed_and_length(runs):
     assert runs["S2D2"].summary.verifications > 0
 
 
-def test_trajectory_figure_replays_with_slider_steps(runs):
+def test_trajectory_figure_carries_its_frames_in_meta(runs):
     trace = runs["S2D2"]
-    fig = trajectory_figure(trace, "S2D2")
-    strip, grid = fig.data[0], fig.data[1]
-    assert strip.type == grid.type == "heatmap"
+    fig = trajectory_figure(trace, "S2D2", "S2D2")
+    strip, grid, curtain = fig.data[0], fig.data[1], fig.data[2]
+    assert strip.type == grid.type == "heatmap" and curtain.fill == "toself"
     assert len(grid.z) == len(trace.steps) and len(grid.z[0]) == len(trace.output_ids)
+    meta = fig.layout.meta["s2d2"]
+    frames = meta["frames"]
+    assert meta["run"] == "S2D2" and len(frames) == len(meta["narration"]) == len(trace.steps)
+    # Each slider step animates to the frame of its step, so the slider follows Play.
     slider = fig.layout.sliders[0]
-    assert len(slider.steps) == len(trace.steps)
-    # Each slider step restyles the strip (trace 0) and moves the curtain shape.
-    first, last = slider.steps[0], slider.steps[-1]
-    assert first.method == "update" and list(first.args[2]) == [0]
-    assert first.args[0]["z"] != last.args[0]["z"]
-    curtain_key = next(iter(first.args[1]))
-    assert re.fullmatch(r"shapes\[\d+\]\.y0", curtain_key)
-    assert first.args[1][curtain_key] == 0.5 and last.args[1][curtain_key] == len(trace.steps) - 0.5
-    # The strip at the last slider step is the final sequence: every position committed.
-    assert None not in last.args[0]["z"][0][0]
+    assert [s.args[0][0] for s in slider.steps] == [f["name"] for f in frames]
+    assert all(s.method == "animate" for s in slider.steps)
+    # A frame restyles the strip (trace 0) and slides the veil (trace 2) to just below its step.
+    first, last = frames[0], frames[-1]
+    assert first["traces"] == [0, 2] and first["data"][0]["z"] != last["data"][0]["z"]
+    assert first["data"][1]["y"][0] == 0.5 and last["data"][1]["y"][0] == len(trace.steps) - 0.5
+    assert None not in last["data"][0]["z"][0], "the last frame shows the final sequence"
+    assert meta["forwards"] == sorted(meta["forwards"]) and meta["forwards"][-1] == trace.summary.nfe
 
 
 def test_one_colour_per_outcome():
@@ -112,7 +114,7 @@ def test_tokens_html_colours_every_token_by_outcome(runs):
     page = tokens_html(trace)
     classes = re.findall(r'class="tok tok-(\w+)[ "]', page)
     assert len(classes) == len(trace.output_ids)
-    assert set(classes) <= {"threshold", "accepted", "resampled", "fallback"}
+    assert set(classes) <= set(OUTCOMES)
     assert classes.count("resampled") == trace.summary.rejections
     assert "q (verifier)" in page and "residual energy" in page
     assert set(re.findall(r'class="tok tok-(\w+)[ "]', tokens_html(runs["AR"]))) == {"ar"}
@@ -135,6 +137,124 @@ def test_bad_dashboard_input_is_refused():
     with pytest.raises(ValueError, match="limit"):
         check_prompt("x" * 5000)
     with pytest.raises(ValueError, match="tau_on > tau_off"):
-        build_configs(Settings(tau_on=-1, tau_off=0))
+        build_configs(resolve(given={"tau_on": -1, "tau_off": 0}))
     with pytest.raises(ValueError, match="steps"):
-        build_configs(Settings(block_length=4, steps=8))
+        build_configs(resolve(given={"block_length": 4, "steps": 8}))
+
+
+def test_narration_says_what_each_step_did(runs):
+    from components.narration import forwards_after, narrate
+
+    for trace in runs.values():
+        sentences = narrate(trace)
+        spent = forwards_after(trace)
+        assert len(sentences) == len(trace.steps)
+        assert spent[-1] == trace.summary.nfe
+        for i, sentence in enumerate(sentences):
+            assert sentence.startswith(f"step {i}: ") and f"{spent[i]} forward" in sentence
+    s2d2 = runs["S2D2"]
+    for i, step in enumerate(s2d2.steps):
+        if step.accepted is not None:
+            accepted = sum(p.outcome == "accepted" and p.position < len(s2d2.output_ids) for p in step.positions)
+            assert f"the verifier accepted {accepted}" in narrate(s2d2)[i]
+    assert "one forward at block size 1 predicted" in narrate(runs["AR"])[0]
+
+
+def test_tokens_show_text_never_tokenizer_markers():
+    from components.explainer import diagram_svg
+    from components.palette import display_token
+
+    assert display_token("▁6") == " 6" and display_token("Ġthe") == " the" and display_token("<|eot|>") == "⟨eot⟩"
+    assert "▁" not in diagram_svg() and ">\u00a06<" not in diagram_svg() and "> 6<" in diagram_svg()
+
+
+def test_tokens_carry_their_step_and_forward_count(runs):
+    trace = runs["S2D2"]
+    steps = [int(v) for v in re.findall(r'data-step="(\d+)"', tokens_html(trace))]
+    spent = [int(v) for v in re.findall(r'data-f="(\d+)"', tokens_html(trace))]
+    assert len(steps) == len(spent) == len(trace.output_ids)
+    assert max(spent) <= trace.summary.nfe and max(steps) < len(trace.steps)
+
+
+def test_settings_panel_is_derived_from_the_settings_table():
+    from components.runner import DASHBOARD_OWNED, defaults, panel_settings
+    from s2d2.settings import SETTINGS
+
+    names = [s.name for s in panel_settings()]
+    assert names == [s.name for s in SETTINGS if s.name not in DASHBOARD_OWNED]
+    for official in ("allow_resample", "ratio_tempering", "ratio_threshold", "threshold_all_spans",
+                     "always_check_high_confidence", "ucb_entropy_source", "accounting", "eb_threshold"):  # fmt: skip
+        assert official in names
+    assert set(defaults()) == {"baseline_method", *names}
+
+
+def test_settings_by_name_give_one_line_messages():
+    from components.runner import resolve
+
+    cases = [
+        ({"seed": "abc"}, "seed must be int"),
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"seed": -1}, "seed (Seed) must be in"),
+        ({"seed": 10**30}, "seed (Seed) must be in"),
+        ({"threshold": float("nan")}, "must be a number, got NaN"),
+        ({"threshold": "nan"}, "must be a number, got NaN"),
+        ({"blocklength": 4}, "unknown setting 'blocklength'"),
+        ({"baseline_method": "magic"}, "unknown baseline_method"),
+    ]
+    for given, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build_configs(resolve(given=given))
+    with pytest.raises(ValueError, match="unknown preset 'sdar-z'"):
+        resolve("sdar-z")
+    assert resolve("sdar-a")["block_length"] == 4 and resolve("sdar-a")["max_new_tokens"] == 64
+
+
+def test_bad_files_get_a_message_that_names_the_problem(tmp_path, runs):
+    import json
+
+    from components.bundle import MAX_BYTES, load_bundle, load_bundle_file
+
+    cases = [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (json.dumps({"schema_version": 999, "runs": {"AR": {}}}), "schema version 999"),
+        (json.dumps({**runs["AR"].to_dict(), "schema_version": 999}), "schema version 999"),
+        (json.dumps({"runs": {"AR": 5}}), "run 'AR' is not a trace"),
+        (json.dumps({"runs": {"AR": {**runs["AR"].to_dict(), "steps": [{"bad": 1}]}}}), "run 'AR' is not a valid trace"),
+        ("[1, 2]", "expected a JSON object"),
+        ("{oops", "not valid JSON"),
+    ]
+    for text, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_bundle(text)
+    big = tmp_path / "big.json"
+    big.write_text(" " * (MAX_BYTES + 1))
+    with pytest.raises(ValueError, match="limited to 20 MB"):
+        load_bundle_file(big)
+
+
+def test_cost_figure_shows_lookahead_forwards_when_recorded(runs):
+    from components.figures import lookahead_counts
+
+    assert lookahead_counts(runs["S2D2"]) == {}
+    trace = load_bundle(bundle_json({"S2D2": runs["S2D2"]}))["S2D2"]
+    for i, f in enumerate(trace.forwards):
+        f.lookahead = "used" if i % 2 else "discarded"
+    names = [t.name for t in cost_figure({"S2D2": trace}).data]
+    assert "carried a lookahead, used" in names and "carried a lookahead, discarded" in names
+
+
+def test_stream_yields_partial_traces_then_the_result(tiny_model):
+    from components.runner import Progress, stream_all
+
+    configs = build_configs(resolve(given=dict(block_length=4, max_new_tokens=12)))
+    items = list(stream_all(tiny_model, "Ann has 3 pens.", configs, every=0.0))
+    partial, final = items[:-1], items[-1]
+    assert set(final) == {"AR", "Baseline", "S2D2"}
+    assert partial and all(isinstance(p, Progress) for p in partial)
+    assert partial[-1] == Progress("", None), "the stream says when timing starts"
+    assert {p.name for p in partial[:-1]} == {"AR", "Baseline", "S2D2"}
+    for item in partial[:-1]:
+        views = tokens_html(item.trace)
+        assert "tok" in views
+        if item.name != "AR":
+            trajectory_figure(item.trace, "partial", item.name)

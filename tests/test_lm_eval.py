@@ -11,18 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from lm_eval.api.instance import Instance
 
-pytest.importorskip("lm_eval")
-
-from conftest import TINY  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
-from test_families import WRITERS  # noqa: E402
-
-from s2d2 import DEFAULT_MODEL, config_from_settings, load_model  # noqa: E402
-from s2d2.evaluate import heldout_problems, run_problem, summarize_method  # noqa: E402
-from s2d2.lm_eval import S2D2LM  # noqa: E402
-from s2d2.lm_eval.model import coerce_setting, decode_settings  # noqa: E402
-from s2d2.train import build_tokenizer  # noqa: E402
+from s2d2 import DEFAULT_MODEL, config_from_settings, load_model
+from s2d2.evaluate import heldout_problems, run_problem, summarize_method
+from s2d2.lm_eval import S2D2LM
+from s2d2.lm_eval.model import coerce_setting, decode_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 20
@@ -30,6 +24,7 @@ MODEL_ARGS = f"pretrained={DEFAULT_MODEL},preset=sdar-b,acceptance=greedy"
 # The bundled model is a chat model and s2d2.evaluate prompts through its chat template, so the CLI is told to as well.
 CLI_ARGS = ["--model", "s2d2", "--model_args", MODEL_ARGS, "--tasks", "s2d2_arith", "--limit", str(LIMIT)]
 CLI_ARGS += ["--apply_chat_template", "--device", "cpu", "--log_samples"]
+pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process tests run tiny models
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 
@@ -38,15 +33,6 @@ def read_run(out: Path) -> tuple[dict, list[dict]]:
     (samples_file,) = out.glob("*/samples_s2d2_arith_*.jsonl")
     samples = [json.loads(line) for line in samples_file.read_text().splitlines()]
     return json.loads(results_file.read_text())["results"]["s2d2_arith"], sorted(samples, key=lambda s: s["doc_id"])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models in this process: one thread beats waking a pool per small operation on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -106,16 +92,14 @@ def request(kind: str, arguments: tuple, doc_id: int = 0) -> Instance:
 
 
 @pytest.fixture(scope="module")
-def family_paths(tmp_path_factory, tiny_path) -> dict[str, str]:
+def checkpoints(family_paths, tiny_path) -> dict[str, str]:
     """A tiny random checkpoint of each family in its published layout, and the bundled model."""
-    tokenizer = build_tokenizer(TINY)
-    paths = {family: write(tmp_path_factory.mktemp(family), tokenizer) for family, write in WRITERS.items()}
-    return {**paths, "sdar": tiny_path, "bundled": DEFAULT_MODEL}
+    return {**family_paths, "sdar": tiny_path, "bundled": DEFAULT_MODEL}
 
 
-@pytest.mark.parametrize("family", ["bundled", "sdar", *sorted(WRITERS)])
-def test_loglikelihood_is_the_sum_of_ar_logprobs_from_separate_forwards(family, family_paths):
-    lm = S2D2LM(pretrained=family_paths[family], device="cpu")
+@pytest.mark.parametrize("family", ["bundled", "sdar", "fast_dllm_v2", "llada2"])
+def test_loglikelihood_is_the_sum_of_ar_logprobs_from_separate_forwards(family, checkpoints):
+    lm = S2D2LM(pretrained=checkpoints[family], device="cpu")
     pairs = [
         ("Zoe has 7 books. Tom gives her 12 more. How many books does Zoe have now? ", "7 + 12 = 19."),
         ("", "The answer is 19."),
@@ -130,8 +114,8 @@ def test_loglikelihood_is_the_sum_of_ar_logprobs_from_separate_forwards(family, 
     assert [s["nfe"] for s in lm.decode_stats[("t", 0)]] == [1, 1]  # one forward per request
 
 
-def test_rolling_windows_cover_a_text_longer_than_the_model(family_paths):
-    lm = S2D2LM(pretrained=family_paths["sdar"], device="cpu")
+def test_rolling_windows_cover_a_text_longer_than_the_model(tiny_path):
+    lm = S2D2LM(pretrained=tiny_path, device="cpu")
     text = " ".join(["Ann has 3 pens."] * 200)
     ids = lm.tok_encode(text)
     assert len(ids) > lm.max_length

@@ -96,7 +96,62 @@ class KVSession:
     cache: object
     record: ForwardRecorder
     stored: int = 0
+    block_start: int | None = None  # absolute position of the current block's first token; None: right after the cache
     next_row: torch.Tensor | None = None  # right-shifted families: the row predicting the next block's first token
+
+    @property
+    def cached_in_block(self) -> int:
+        """Positions of the current block whose KV is already stored (incremental causal KV)."""
+        return 0 if self.block_start is None else max(0, self.stored - self.block_start)
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """What a verification also carries, for the case that it accepts every draft to the end of its window.
+
+    ``start`` and ``count`` are the block positions of the next draft's masks
+    (the next block's are ``B .. 2B − 1``; ``count`` 0 carries no draft).
+    ``commit`` says how the finished block gets stored: ``"none"`` (the window
+    ends inside the block), ``"first_half"`` (under ``cache_ver`` the verifier's
+    causal first half is exactly the commit) or ``"rows"`` (extra rows laid out
+    as the bidirectional commit).
+    """
+
+    start: int
+    count: int
+    commit: str
+
+
+@dataclass
+class Verified:
+    """A verifier forward whose KV waits in the cache until the decoder knows what was accepted.
+
+    The rows it appended are ``[commit rows | first half | verifier masks |
+    lookahead masks]``; :meth:`BlockDiffusionModel.settle` keeps a prefix of them.
+    """
+
+    logits: torch.Tensor  # (span_length, V): the block-size-1 rows of the span
+    lookahead: torch.Tensor | None  # (count, V): the next draft's rows, if carried
+    cached: int  # block positions stored before this forward
+    prefix_rows: int  # first-half rows, block positions cached, cached + 1, ...
+    commit_rows: int
+    appended: int
+    next_row: torch.Tensor | None = None  # right-shifted: the row after the finished block
+
+    def rows_to_keep(self, committed_end: int, used: bool, plan: Lookahead | None, store_prefix: bool) -> int:
+        """The prefix of appended rows whose KV is exactly what a commit would store.
+
+        ``committed_end`` is the block position after the committed prefix. A
+        used lookahead keeps its commit; with incremental causal KV the rows of
+        the committed prefix are kept; everything else is dropped.
+        """
+        if used and plan.commit == "rows":
+            return self.commit_rows
+        if used and plan.commit == "first_half":
+            return self.prefix_rows
+        if store_prefix:
+            return min(self.prefix_rows, committed_end - self.cached)
+        return 0
 
 
 class BlockDiffusionModel(ABC):
@@ -116,6 +171,8 @@ class BlockDiffusionModel(ABC):
       position to the diffusion rule (Fast-dLLM v2);
     - ``official``: how its official code spends forwards, stops and sizes
       its output (:class:`OfficialConventions`, for ``accounting="official"``);
+    - ``supports_incremental_kv``: a committed causal prefix's KV can be
+      stored while the block is still being decoded (position-aligned families);
     - ``ucb_progress_counts_filled``: the UCB router's block progress counts
       every filled position of the sub-block (Fast-dLLM v2) rather than the
       tokens decoded in the block (SDAR).
@@ -130,6 +187,7 @@ class BlockDiffusionModel(ABC):
     stop_at_block_end = False
     keep_rejected_draft = True
     ucb_progress_counts_filled = False
+    supports_incremental_kv = False
     official = OfficialConventions()
 
     def __init__(self, model: torch.nn.Module, tokenizer, mask_token_id: int, stop_token_ids: list[int], name: str):
@@ -208,14 +266,45 @@ class BlockDiffusionModel(ABC):
         commit: torch.Tensor | None,
         commit_causal: bool,
         causal_prefix: int,
+        store_prefix: bool = False,
     ) -> torch.Tensor:
         """Drafter logits ``(B, V)`` for ``block``; stores ``commit``'s KV if given.
 
-        ``causal_prefix`` rows at the start of the block attend causally (``draft_ver``)."""
+        ``causal_prefix`` rows at the start of the block attend causally
+        (``draft_ver``). With ``store_prefix`` (incremental causal KV) their KV
+        is stored too, and positions already stored are not fed again: their
+        rows come back as zeros."""
 
     @abstractmethod
+    def verify(
+        self,
+        session: KVSession,
+        block: torch.Tensor,
+        span_start: int,
+        span_length: int,
+        keep_prefix: bool = False,
+        lookahead: Lookahead | None = None,
+    ) -> Verified:
+        """The verifier forward over a span, its KV left for :meth:`settle`.
+
+        ``keep_prefix`` feeds the whole span to the first half so that every
+        accepted draft's row can be kept; ``lookahead`` appends the rows it asks for.
+        """
+
     def verify_span(self, session: KVSession, block: torch.Tensor, span_start: int, span_length: int) -> torch.Tensor:
-        """Verifier logits ``(span_length, V)``: block-size-1 predictions of the span."""
+        """Verifier logits ``(span_length, V)``: block-size-1 predictions of the span, nothing stored."""
+        verified = self.verify(session, block, span_start, span_length)
+        self.settle(session, verified, 0)
+        return verified.logits
+
+    def settle(self, session: KVSession, verified: Verified, keep: int) -> None:
+        """Keep the KV of the first ``keep`` rows a verification appended, drop the rest."""
+        dropped = verified.appended - keep
+        if dropped:
+            session.cache.crop(-dropped)
+        session.stored += keep
+        if keep and verified.next_row is not None:
+            session.next_row = verified.next_row
 
     def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool, causal_prefix: int = 0) -> torch.Tensor:
         """Store ``block``'s KV on its own, causally or bidirectionally (its first
@@ -233,7 +322,7 @@ class BlockDiffusionModel(ABC):
         ids: torch.Tensor,
         positions: torch.Tensor,
         allowed: torch.Tensor,
-        keep_kv: int,
+        keep_kv: int | None,
         keep_logits: int,
     ) -> torch.Tensor:
         """One model call over ``ids`` after the cache; returns the last ``keep_logits`` logit rows.
@@ -242,6 +331,7 @@ class BlockDiffusionModel(ABC):
         explicit additive 4D mask, explicit position ids and the session's
         ``DynamicCache``. Only the KV of the first ``keep_kv`` inputs is kept:
         "run without storing" is "run, then crop what this call appended".
+        ``keep_kv=None`` leaves everything for :meth:`settle`.
         """
         mask = masks.additive_mask(allowed, session.stored, self.dtype)
 
@@ -257,21 +347,32 @@ class BlockDiffusionModel(ABC):
             return out.logits[0]
 
         logits = self.timed_call(session, kind, ids.shape[0], call)
-        dropped = ids.shape[0] - keep_kv
-        if dropped:
-            session.cache.crop(-dropped)
-        session.stored += keep_kv
+        if keep_kv is not None:
+            dropped = ids.shape[0] - keep_kv
+            if dropped:
+                session.cache.crop(-dropped)
+            session.stored += keep_kv
         return logits
 
-    def _draft_rows(self, session, block, commit, commit_causal, causal_prefix, keep_logits: int) -> torch.Tensor:
-        """The draft forward over ``[finished block | block]`` (:func:`masks.draft_mask`):
-        stores the finished block's KV, not the current block's; returns the last
-        ``keep_logits`` logit rows."""
+    def _draft_rows(
+        self, session, block, commit, commit_causal, causal_prefix, store_prefix: bool, extra_logits: int = 0
+    ) -> torch.Tensor:
+        """The draft forward over ``[finished block | block]`` (:func:`masks.draft_mask`).
+
+        Stores the finished block's KV (and, with ``store_prefix``, the causal
+        prefix's), never the drafts'. Positions of the block already stored are
+        not fed; the block's rows come back for the positions fed, preceded by
+        ``extra_logits`` rows of the finished block.
+        """
+        cached = session.cached_in_block
+        rows = block[cached:]
         commit_length = 0 if commit is None else commit.shape[0]
-        ids = block if commit is None else torch.cat([commit, block])
-        allowed = masks.draft_mask(commit_length, block.shape[0], commit_causal, causal_prefix, self.device)
+        ids = rows if commit is None else torch.cat([commit, rows])
+        prefix = max(0, causal_prefix - cached)
+        allowed = masks.draft_mask(commit_length, rows.shape[0], commit_causal, prefix, self.device)
         positions = self._positions(session, ids.shape[0])
-        return self._forward(session, "draft", ids, positions, allowed, keep_kv=commit_length, keep_logits=keep_logits)
+        keep = commit_length + (prefix if store_prefix else 0)
+        return self._forward(session, "draft", ids, positions, allowed, keep, rows.shape[0] + extra_logits)
 
     def _positions(self, session: KVSession, n: int) -> torch.Tensor:
         """Absolute positions of ``n`` inputs placed right after the cache."""

@@ -30,7 +30,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from .. import masks
-from .base import BlockDiffusionModel, OfficialConventions
+from .base import BlockDiffusionModel, Lookahead, OfficialConventions, Verified
 from .sdar import REMOTE_ONLY_FIELDS
 
 FAST_DLLM_MASK_TOKEN_ID = 151665
@@ -76,34 +76,27 @@ class FastDLLMModel(BlockDiffusionModel):
         session.next_row = super().commit_forward(session, block, causal, causal_prefix)
         return session.next_row
 
-    def draft_forward(self, session, block, commit, commit_causal, causal_prefix):
+    def draft_forward(self, session, block, commit, commit_causal, causal_prefix, store_prefix=False):
         # With a commit, one more row: the finished block's last, which predicts this block's first token.
         has_commit = commit is not None
-        rows = self._draft_rows(
-            session, block, commit, commit_causal, causal_prefix, keep_logits=block.shape[0] + has_commit
-        )
+        rows = self._draft_rows(session, block, commit, commit_causal, causal_prefix, False, extra_logits=has_commit)
         if has_commit:
             session.next_row, rows = rows[0], rows[1:]
         first = session.next_row if session.next_row is not None else torch.zeros_like(rows[0])
         return torch.cat([first[None], rows[:-1]])
 
-    def verify_span(self, session, block, span_start, span_length):
-        # Row j of a causal forward over the drafted prefix predicts block position j + 1;
-        # block position 0 is the stored next-token row, so a span of just that position needs no forward.
-        span_end = span_start + span_length
-        first_predicted = max(span_start, 1)
-        parts = [session.next_row[None]] if span_start == 0 else []
-        if span_end > first_predicted:
-            prefix = span_end - 1
-            parts.append(
-                self._forward(
-                    session,
-                    "verify",
-                    block[:prefix],
-                    self._positions(session, prefix),
-                    masks.causal(prefix, self.device),
-                    keep_kv=0,
-                    keep_logits=span_end - first_predicted,
-                )
-            )
-        return torch.cat(parts)
+    def verify(self, session, block, span_start, span_length, keep_prefix=False, lookahead: Lookahead | None = None):
+        # Row j of a causal forward over the drafted prefix predicts block position j + 1; block position 0
+        # is the stored next-token row. A lookahead (cache_ver, end of block) feeds the whole block: its
+        # causal rows are then the block's commit, and the last one predicts the next block's first token.
+        commit = lookahead is not None and lookahead.commit == "first_half"
+        fed = span_start + span_length - (not commit)
+        wanted = fed - max(span_start, 1) + 1
+        rows = [session.next_row[None]] if span_start == 0 else []
+        if wanted > 0:
+            causal = masks.causal(fed, self.device)
+            rows.append(self._forward(session, "verify", block[:fed], self._positions(session, fed), causal, None, wanted))
+        logits, next_row = torch.cat(rows), None
+        if commit:
+            logits, next_row = logits[:-1], logits[-1]
+        return Verified(logits, None, 0, fed if commit else 0, 0, fed if wanted > 0 else 0, next_row)
