@@ -22,6 +22,7 @@ import os
 import gradio as gr
 
 from components import ui
+from components.api import make_endpoints
 from components.explainer import how_it_works_html
 
 TITLE = """
@@ -38,7 +39,7 @@ def build_demo() -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
                 with gr.Row(equal_height=False):
-                    with gr.Column(scale=3):
+                    with gr.Column(scale=3, min_width=260):
                         prompt = gr.Textbox(
                             label="Prompt",
                             lines=3,
@@ -46,22 +47,24 @@ def build_demo() -> gr.Blocks:
                             elem_id="prompt",
                             placeholder="Ask a word problem, or pick an example below",
                         )
-                        gr.Examples(
-                            ui.examples(),
-                            inputs=[prompt],
-                            label="Examples (held-out problems the bundled model never saw)",
-                            cache_examples=False,
-                        )
-                    with gr.Column(scale=1, min_width=260):
+                        lesson = gr.Textbox(label="What this example shows", interactive=False, elem_id="lesson")
+                        gr.Markdown(ui.BUNDLED_CAN, elem_id="model-can")
+                    with gr.Column(scale=1, min_width=220):
                         model = gr.Dropdown(
-                            ui.model_choices(), value=ui.model_choices()[0][1], label="Model", elem_id="model"
+                            ui.model_choices(), value=ui.BUNDLED, label="Model", elem_id="model"
                         )
                         run = gr.Button("Run", variant="primary", elem_id="run")
                         cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
                         export = gr.DownloadButton("Download traces (JSON)", visible=False, elem_id="export")
                         upload = gr.UploadButton("Replay saved traces", file_types=[".json"], elem_id="replay")
-                with gr.Accordion("Settings", open=False):
+                with gr.Accordion("Settings", open=False, elem_id="settings"):
                     preset, settings = ui.settings_panel()
+                gr.Examples(
+                    [[e["prompt"], e["preset"], e["lesson"]] for e in ui.examples()],
+                    inputs=[prompt, preset, lesson],
+                    label="Examples (held-out problems the bundled model never saw)",
+                    cache_examples=False,
+                )
                 status = gr.HTML(elem_id="status")
                 results = ui.results_area()
             with gr.Tab("Benchmarks", id="benchmarks"):
@@ -78,18 +81,22 @@ def build_demo() -> gr.Blocks:
             with gr.Tab("How it works", id="how"):
                 gr.HTML(how_it_works_html())
 
-        preset.change(ui.apply_preset, preset, settings.components())
+        # Page-only events stay out of the API; /compare and /generate are the API.
+        page = dict(api_visibility="private")
+        preset.change(ui.apply_preset, preset, settings.components(), **page)
         outputs = [status, *results.components(), export]
-        run_event = run.click(
-            on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1
-        )
-        prompt.submit(on_gpu(ui.run_comparison), [model, prompt, *settings.components()], outputs, concurrency_limit=1)
-        cancel.click(ui.cancel_run, None, status, cancels=[run_event], queue=False)
-        upload.upload(ui.replay, upload, [status, *results.components()])
-        demo.load(ui.startup, None, [status, *results.components()])
+        inputs = [model, prompt, *settings.components()]
+        run_event = run.click(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)
+        submit_event = prompt.submit(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)
+        cancel.click(ui.cancel_run, None, status, cancels=[run_event, submit_event], queue=False, **page)
+        upload.upload(ui.replay, upload, [status, *results.components()], **page)
+        demo.load(ui.startup, None, [status, *results.components(), prompt, lesson], **page)
         bench_outputs = [bench_status, bench_nfe, bench_wall, bench_table]
-        demo.load(ui.benchmark_views, None, bench_outputs)
-        bench_upload.upload(ui.benchmark_views, bench_upload, bench_outputs)
+        demo.load(ui.benchmark_views, None, bench_outputs, **page)
+        bench_upload.upload(ui.benchmark_views, bench_upload, bench_outputs, **page)
+        compare, generate = make_endpoints(ui.MODELS)
+        gr.api(on_gpu(compare), api_name="compare", concurrency_limit=1)
+        gr.api(on_gpu(generate), api_name="generate", concurrency_limit=1)
     return demo
 
 
@@ -99,5 +106,7 @@ if __name__ == "__main__":
     demo.queue(max_size=32, default_concurrency_limit=1).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         css_paths=[ui.ASSETS / "style.css"],
+        js=(ui.ASSETS / "player.js").read_text(),
         theme=gr.themes.Soft(),
+        mcp_server=True,
     )

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from .palette import DRAFTED, OUTCOME_COLORS, pale
+import html
+
+from .palette import DRAFTED, OUTCOME_COLORS, display_token, pale
 
 CELL, GAP = 58, 8
 
 
 def _cells(x: float, y: float, tokens: list[tuple[str, str, str]]) -> str:
-    """A row of token cells: (text, fill, caption under the cell)."""
+    """A row of token cells: (token as the tokenizer spells it, fill, caption under the cell).
+
+    Tokens are drawn as a reader sees them (``▁6`` as `` 6``, the space kept).
+    """
     parts = []
     for i, (text, fill, caption) in enumerate(tokens):
         cx = x + i * (CELL + GAP)
@@ -16,7 +21,8 @@ def _cells(x: float, y: float, tokens: list[tuple[str, str, str]]) -> str:
             f'<rect x="{cx}" y="{y}" width="{CELL}" height="34" rx="6" fill="{fill}" stroke="#475569" stroke-width="1"/>'
         )
         parts.append(
-            f'<text x="{cx + CELL / 2}" y="{y + 22}" text-anchor="middle" font-size="15" font-family="ui-monospace,monospace">{text}</text>'
+            f'<text x="{cx + CELL / 2}" y="{y + 22}" text-anchor="middle" font-size="15" '
+            f'font-family="ui-monospace,monospace" xml:space="preserve">{html.escape(display_token(text))}</text>'
         )
         if caption:
             parts.append(

@@ -11,18 +11,20 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from s2d2.trace import FORWARD_KINDS, OUTCOMES, Trace
+from s2d2.trace import FORWARD_KINDS, KEPT, OUTCOMES, RESAMPLED, Trace
 
+from .narration import forwards_after, narrate
 from .palette import (
     DRAFTED,
     KIND_COLORS,
+    LOOKAHEAD_COLORS,
     OUTCOME_COLORS,
     OUTCOME_LABELS,
     RUN_COLORS,
     display_outcome,
+    display_token,
     pale,
 )
-from .tokens import short_token
 
 FONT = dict(family="Inter, system-ui, sans-serif", size=12, color="#1e293b")
 MAX_SLIDER_STEPS = 160
@@ -85,7 +87,7 @@ def trajectory_grid(trace: Trace) -> tuple[list[list[float | None]], list[list[s
         text = [""] * n
         for position, outcome in committed.items():
             row[position] = CATEGORIES.index(f"earlier:{outcome}")
-            text[position] = f"pos {position}: {trace.output_tokens[position]!r} (committed earlier)"
+            text[position] = f"pos {position}: {display_token(trace.output_tokens[position])!r} (committed earlier)"
         for p in step.positions:
             if p.position >= n:
                 continue
@@ -93,7 +95,7 @@ def trajectory_grid(trace: Trace) -> tuple[list[list[float | None]], list[list[s
             row[p.position] = CATEGORIES.index(category)
             verb = OUTCOME_LABELS[display_outcome(trace.method, p.outcome)] if p.outcome else "drafted, still masked"
             detail = f"p={p.p:.3f}" + ("" if p.q is None else f" q={p.q:.3f} e={p.energy:+.2f}")
-            shown = trace.text_of(p.committed if p.outcome else p.token)
+            shown = display_token(trace.text_of(p.committed if p.outcome else p.token))
             text[p.position] = f"pos {p.position}: {shown!r}<br>{verb}<br>{detail}"
             if p.outcome:
                 committed[p.position] = p.outcome
@@ -114,20 +116,29 @@ def _sequence_at(trace: Trace, upto: int) -> tuple[list[float | None], list[str]
                 continue
             if p.outcome:
                 z[p.position] = CATEGORIES.index(p.outcome if index == upto else f"earlier:{p.outcome}")
-                text[p.position] = short_token(trace.text_of(p.committed))
+                text[p.position] = display_token(trace.text_of(p.committed))
             elif index == upto:
                 z[p.position] = 0
-                text[p.position] = short_token(trace.text_of(p.token))
+                text[p.position] = display_token(trace.text_of(p.token))
     return z, text
 
 
-def trajectory_figure(trace: Trace, title: str) -> go.Figure:
+def _curtain(k: int, n: int, steps: int) -> dict:
+    """A white veil over the grid rows after step ``k``: a filled scatter, so it slides smoothly."""
+    top = k + 0.5
+    return dict(x=[-0.5, n - 0.5, n - 0.5, -0.5, -0.5], y=[top, top, steps - 0.5, steps - 0.5, top])
+
+
+def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     """The decoding replayed: which position was drafted and committed at each step.
 
     Bottom: one row per step, one column per generated position, blocks marked.
-    Top: the sequence as it stood after the step chosen on the slider, whose
-    steps ``update`` the top strip and slide a curtain over later steps (Gradio
-    drops Plotly ``frames``, so the replay lives in the slider's own args).
+    Top: the sequence as it stood after the step chosen on the slider or by
+    the page's ▶ Play, with a veil over later steps. Gradio renders with
+    ``Plotly.react``, which drops ``frames``, so the frames travel in
+    ``layout.meta["s2d2"]`` (with the step's forward count and narration) and
+    the page's player script adds them with ``Plotly.addFrames``; the slider's
+    steps animate to those frames, so the slider follows Play.
     """
     n, steps = len(trace.output_ids), len(trace.steps)
     if n == 0 or steps == 0:
@@ -172,6 +183,20 @@ def trajectory_figure(trace: Trace, title: str) -> go.Figure:
         row=2,
         col=1,
     )
+    fig.add_trace(
+        go.Scatter(
+            **_curtain(steps - 1, n, steps),
+            mode="lines",
+            fill="toself",
+            fillcolor="rgba(255,255,255,0.88)",
+            line=dict(width=0),
+            hoverinfo="skip",
+            showlegend=False,
+            name="later steps",
+        ),
+        row=2,
+        col=1,
+    )
     for category, color in zip(CATEGORIES[: 1 + len(OUTCOMES)], colors):
         if category != "drafted" and not any(p.outcome == category for s in trace.steps for p in s.positions):
             continue
@@ -193,21 +218,6 @@ def trajectory_figure(trace: Trace, title: str) -> go.Figure:
     boundaries = sorted({s.block_start for s in trace.steps if 0 < s.block_start < n})
     for b in boundaries:
         fig.add_vline(x=b - 0.5, line=dict(color="#0f172a", width=1, dash="dot"), row=2, col=1)
-    curtain = dict(
-        type="rect",
-        xref="x2",
-        yref="y2",
-        x0=-0.5,
-        x1=n - 0.5,
-        y0=steps - 0.5,
-        y1=steps - 0.5,
-        fillcolor="white",
-        opacity=0.88,
-        line=dict(width=0),
-        layer="above",
-    )
-    fig.update_layout(shapes=list(fig.layout.shapes) + [curtain])
-    curtain_index = len(fig.layout.shapes) - 1
     fig.update_yaxes(
         autorange="reversed",
         tickmode="array",
@@ -222,43 +232,52 @@ def trajectory_figure(trace: Trace, title: str) -> go.Figure:
         stride = math.ceil(steps / 30)
         fig.update_yaxes(tickvals=list(range(0, steps, stride)), ticktext=labels[::stride], row=2, col=1)
     fig.update_yaxes(visible=False, row=1, col=1)
-    fig.update_xaxes(title_text="generated position", row=2, col=1, showgrid=False)
+    fig.update_xaxes(title_text="generated position", row=2, col=1, showgrid=False, range=[-0.5, n - 0.5])
     fig.update_xaxes(showticklabels=False, row=1, col=1)
+    shown = replay_steps(steps)
     fig.update_layout(
-        sliders=[_replay_slider(trace, curtain_index, n, steps)],
-        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1.0, xanchor="right", font=dict(size=11)),
+        sliders=[_replay_slider(shown)],
+        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left", font=dict(size=11)),
+        meta={"s2d2": _replay_meta(trace, run, shown)},
     )
-    height = 70 + grid_height + 190
+    height = 70 + grid_height + 220
     return _layout(fig, title, height)
 
 
-def _replay_slider(trace: Trace, curtain_index: int, n: int, steps: int) -> dict:
-    """Slider steps that restyle the sequence strip and move the curtain."""
-    shown = (
-        range(steps)
-        if steps <= MAX_SLIDER_STEPS
-        else sorted({round(i * (steps - 1) / (MAX_SLIDER_STEPS - 1)) for i in range(MAX_SLIDER_STEPS)})
-    )
-    slider_steps = []
+def replay_steps(steps: int) -> list[int]:
+    """The steps the replay stops at: all of them, or an even sample of long runs."""
+    if steps <= MAX_SLIDER_STEPS:
+        return list(range(steps))
+    return sorted({round(i * (steps - 1) / (MAX_SLIDER_STEPS - 1)) for i in range(MAX_SLIDER_STEPS)})
+
+
+def _replay_meta(trace: Trace, run: str, shown: list[int]) -> dict:
+    """What the page's player needs: one frame per shown step, its forward count and its sentence."""
+    n, steps = len(trace.output_ids), len(trace.steps)
+    spent, sentences = forwards_after(trace), narrate(trace)
+    frames = []
     for k in shown:
         strip_z, strip_text = _sequence_at(trace, k)
-        step = trace.steps[k]
-        slider_steps.append(
-            dict(
-                method="update",
-                label=str(k),
-                args=[
-                    {"z": [[strip_z]], "text": [[strip_text]]},
-                    {f"shapes[{curtain_index}].y0": k + 0.5},
-                    [0],
-                ],
-                name=f"b{step.block}·s{step.step}",
-            )
+        frames.append(
+            dict(name=str(k), traces=[0, 2], data=[dict(z=[strip_z], text=[strip_text]), _curtain(k, n, steps)])
         )
+    return {
+        "kind": "trajectory",
+        "run": run,
+        "steps": shown,
+        "forwards": [spent[k] for k in shown],
+        "narration": [sentences[k] for k in shown],
+        "frames": frames,
+    }
+
+
+def _replay_slider(shown: list[int]) -> dict:
+    """Slider steps that animate to the step's frame (so the slider also follows Play)."""
+    jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
     return dict(
-        active=len(slider_steps) - 1,
-        steps=slider_steps,
-        currentvalue=dict(prefix="replay up to step ", font=dict(size=12)),
+        active=len(shown) - 1,
+        steps=[dict(method="animate", label=str(k), args=[[str(k)], jump]) for k in shown],
+        currentvalue=dict(prefix="step ", font=dict(size=12)),
         pad=dict(t=36, b=4),
         len=1.0,
         x=0,
@@ -294,14 +313,12 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
                 continue
             energy[row][p.position] = p.energy
             mass[row][p.position] = p.residual_mass
-            status = {"accepted": "accepted", "resampled": "rejected → resampled"}.get(
-                p.outcome or "", "not reached (after a rejection)"
-            )
+            status = OUTCOME_LABELS[p.outcome] if p.outcome else "not reached (after a rejection)"
             hover[row][p.position] = (
-                f"pos {p.position} draft {trace.text_of(p.token)!r}<br>p={p.p:.3f} q={p.q:.3f} ratio={p.ratio:.2f}<br>"
+                f"pos {p.position} draft {display_token(trace.text_of(p.token))!r}<br>p={p.p:.3f} q={p.q:.3f} ratio={p.ratio:.2f}<br>"
                 f"e={p.energy:+.2f}  mass={p.residual_mass:.2f}<br>{status}"
             )
-            if p.outcome == "resampled":
+            if p.outcome in (RESAMPLED, KEPT):
                 rejected_x.append(p.position)
                 rejected_y.append(row)
     bound = max(1.0, max((abs(e) for r in energy for e in r if e is not None), default=1.0))
@@ -369,7 +386,21 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
     )
     fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
     fig.update_xaxes(title_text="generated position", range=[-0.5, n - 0.5])
-    fig.update_layout(legend=dict(orientation="h", y=-0.18, x=0))
+    latest, row_of_step = -1, []
+    for step in trace.steps:
+        if latest + 1 < len(verified) and step is verified[latest + 1]:
+            latest += 1
+        row_of_step.append(latest)
+    last = len(verified) - 1
+    fig.add_shape(
+        type="rect", xref="paper", yref="y", x0=0, x1=1, y0=last - 0.5, y1=last + 0.5,
+        line=dict(color="#0f172a", width=2), fillcolor="rgba(0,0,0,0)",
+    )  # fmt: skip
+    fig.update_layout(
+        legend=dict(orientation="h", y=-0.18, x=0),
+        # The player outlines the verification at (or last before) the step shown in the S2D2 trajectory.
+        meta={"s2d2": {"kind": "energy", "run": "S2D2", "row_of_step": row_of_step, "shape": 0}},
+    )
     fig = _layout(fig, "Where the verifier disagreed with the drafter", min(640, 200 + 22 * len(verified)))
     return fig.update_layout(margin=dict(t=90))
 
@@ -452,8 +483,22 @@ def router_figure(trace: Trace) -> go.Figure:
 # -- cost --------------------------------------------------------------------
 
 
+def lookahead_counts(trace: Trace) -> dict[str, int]:
+    """Forwards that carried a lookahead, by what became of it (``used``/``discarded``).
+
+    Read from the forward records' ``lookahead`` field where the engine
+    records one; runs without lookahead count nothing.
+    """
+    counts: dict[str, int] = {}
+    for f in trace.forwards:
+        outcome = getattr(f, "lookahead", None)
+        if outcome:
+            counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
 def cost_figure(runs: dict[str, Trace]) -> go.Figure:
-    """Forwards by kind and decode wall time, one bar per run."""
+    """Forwards by kind and decode wall time, one bar per run; lookahead forwards beside them when present."""
     names = list(runs)
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("forwards by kind (NFE)", "decode wall time (s)"), horizontal_spacing=0.12
@@ -467,7 +512,24 @@ def cost_figure(runs: dict[str, Trace]) -> go.Figure:
                     y=counts,
                     name=kind,
                     marker_color=KIND_COLORS[kind],
+                    offsetgroup="nfe",
                     hovertemplate=f"{kind}: %{{y}}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
+    lookahead = {n: lookahead_counts(runs[n]) for n in names}
+    for outcome, color in LOOKAHEAD_COLORS.items():
+        counts = [lookahead[n].get(outcome, 0) for n in names]
+        if any(counts):
+            fig.add_trace(
+                go.Bar(
+                    x=names,
+                    y=counts,
+                    name=f"carried a lookahead, {outcome}",
+                    marker=dict(color=color, pattern=dict(shape="/")),
+                    offsetgroup="lookahead",
+                    hovertemplate=f"lookahead {outcome}: %{{y}}<extra></extra>",
                 ),
                 row=1,
                 col=1,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from s2d2.trace import ACCEPTED, FALLBACK, RESAMPLED, THRESHOLD
+from s2d2.trace import ACCEPTED, CARRIED, CONFIDENT, FALLBACK, KEPT, RATIO, RESAMPLED, THRESHOLD
 
 AR = "ar"  # tokens of the autoregressive reference run
 
@@ -11,6 +11,10 @@ OUTCOME_COLORS = {
     ACCEPTED: "#16a34a",
     RESAMPLED: "#dc2626",
     FALLBACK: "#a855f7",
+    CARRIED: "#0891b2",
+    KEPT: "#ea580c",
+    RATIO: "#ca8a04",
+    CONFIDENT: "#0d9488",
     AR: "#64748b",
 }
 OUTCOME_LABELS = {
@@ -18,10 +22,15 @@ OUTCOME_LABELS = {
     ACCEPTED: "drafted, accepted by the AR verifier",
     RESAMPLED: "rejected by the verifier, resampled",
     FALLBACK: "fallback commit after verification",
+    CARRIED: "block's first token, carried from the previous forward",
+    KEPT: "rejected by the verifier, kept as drafted",
+    RATIO: "accepted by the ratio threshold after a rejection",
+    CONFIDENT: "committed for high confidence outside the span",
     AR: "autoregressive step",
 }
 DRAFTED = "#e2e8f0"  # drafted this step but not committed
 RUN_COLORS = {"AR": "#64748b", "Baseline": "#3b82f6", "S2D2": "#16a34a"}
+LOOKAHEAD_COLORS = {"used": "#0ea5e9", "discarded": "#cbd5e1"}
 KIND_COLORS = {"prefill": "#94a3b8", "draft": "#3b82f6", "verify": "#16a34a", "commit": "#f59e0b"}
 
 
@@ -35,3 +44,18 @@ def pale(hex_color: str, amount: float = 0.65) -> str:
 def display_outcome(method: str, outcome: str) -> str:
     """AR commits every token by its one-token rule; show that as AR, not diffusion."""
     return AR if method == "ar" else outcome
+
+
+# Word-start markers of SentencePiece (▁) and byte-level BPE (Ġ, Ċ) vocabularies:
+# a reader sees the space or line break they stand for, never the marker.
+MARKERS = {"▁": " ", "Ġ": " ", "Ċ": "\n"}
+
+
+def display_token(text: str) -> str:
+    """A token as a reader sees it: markers as spaces, special tokens as ``⟨name⟩`` (readable and narrow)."""
+    if text.startswith("<|") and text.endswith("|>"):
+        return f"⟨{text[2:-2]}⟩"
+    for marker, plain in MARKERS.items():
+        text = text.replace(marker, plain)
+    return text
+

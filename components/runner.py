@@ -3,86 +3,154 @@
 The baseline and S2D2 share the block layout and the diffusion rule, so S2D2
 is exactly "the baseline plus a verifier": any difference between the two is
 what verification did.
+
+Every setting comes from :data:`s2d2.settings.SETTINGS`, declared once on the
+engine's config dataclasses. What the dashboard adds lives in the small tables
+below: its own defaults, slider ranges, the baseline rule (which also sets
+S2D2's ``s2d2_rule``) and which sections of the config each run reads.
 """
 
 from __future__ import annotations
 
+import math
+import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from s2d2.config import DecodeConfig, VerifyConfig
-from s2d2.decode import generate
+import torch
+
+from s2d2.config import COMMIT_RULES, PRESETS, DecodeConfig, config_from_settings
+from s2d2.decode import Decoder
 from s2d2.models import DEFAULT_MODEL, BlockDiffusionModel, load_model
-from s2d2.sampling import SamplingConfig
-from s2d2.trace import Trace
+from s2d2.models.catalog import MODEL_CATALOG
+from s2d2.settings import BY_NAME, SETTINGS, Setting
+from s2d2.trace import Trace, summarize
 
 RUN_NAMES = ("AR", "Baseline", "S2D2")
 MAX_PROMPT_CHARS = 4000
+BUNDLED = "bundled"
+
+# The dashboard's choices on top of the engine's defaults: greedy exact acceptance,
+# AR-like caching and the always-verify score (SDAR config B's c = 0) at B = 16.
+DASHBOARD_DEFAULTS = {
+    "block_length": 16,
+    "threshold": 0.5,
+    "acceptance": "greedy",
+    "c": 0.0,
+    "cache_ver": True,
+    "draft_ver": True,
+    "max_new_tokens": 64,
+}
+# Slider ranges narrower than the engine's bounds (a 1..2²⁰ slider is unusable).
+SLIDER_MAX = {"block_length": 64, "tau_span": 64, "max_new_tokens": 256, "max_post_steps": 16}
+# Settings the dashboard decides itself: the baseline rule sets the method of the
+# baseline run and S2D2's diffusion rule, so they never disagree.
+DASHBOARD_OWNED = {"method", "s2d2_rule"}
+BASELINE_RULE = ("baseline_method", "dynamic")
+# Which config sections each run reads (``None`` = DecodeConfig's own fields);
+# AR ignores block settings by construction, the baseline never verifies.
+RUN_SECTIONS = {"AR": (None, "sampling"), "Baseline": (None, "sampling"), "S2D2": (None, "verify", "sampling")}
+PRESET_KEEPS = {"sampling"}  # a preset never changes the sampling group (temperature, seed, budget)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Everything the settings panel holds, as plain values."""
-
-    baseline_method: str = "dynamic"
-    block_length: int = 16
-    sub_block_length: int = 0
-    steps: int = 16
-    threshold: float = 0.5
-    edit_threshold: float | None = None
-    policy: str = "score"
-    score: str = "static"
-    c: float = 0.0
-    tau_score: float = 0.0
-    tau_on: float = 1.0
-    tau_off: float = -5.0
-    tau_span: int = 1
-    estimator: str = "soft_entropy_negexp"
-    acceptance: str = "greedy"
-    cache_ver: bool = True
-    draft_ver: bool = True
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 64
+def panel_settings() -> list[Setting]:
+    """The settings the panel shows, in declaration order."""
+    return [s for s in SETTINGS if s.name not in DASHBOARD_OWNED]
 
 
-def build_configs(s: Settings) -> dict[str, DecodeConfig]:
-    """The three runs' configurations; raises ``ValueError`` on impossible settings."""
-    sampling = SamplingConfig(temperature=float(s.temperature), top_p=float(s.top_p))
-    shared = dict(sampling=sampling, seed=int(s.seed), max_new_tokens=int(s.max_new_tokens))
-    layout = dict(
-        block_length=int(s.block_length),
-        sub_block_length=int(s.sub_block_length) or None,
-        steps=int(s.steps),
-        threshold=float(s.threshold),
-        edit_threshold=None if s.edit_threshold in (None, "") else float(s.edit_threshold),
-    )
-    verify = VerifyConfig(
-        policy=s.policy,
-        score=s.score,
-        c=float(s.c),
-        tau_score=float(s.tau_score),
-        tau_on=float(s.tau_on),
-        tau_off=float(s.tau_off),
-        tau_span=int(s.tau_span),
-        estimator=s.estimator,
-        acceptance=s.acceptance,
-    )
-    return {
-        "AR": DecodeConfig(method="ar", **shared),
-        "Baseline": DecodeConfig(method=s.baseline_method, **layout, **shared),
-        "S2D2": DecodeConfig(
-            method="s2d2",
-            s2d2_rule=s.baseline_method,
-            verify=verify,
-            cache_ver=bool(s.cache_ver),
-            draft_ver=bool(s.draft_ver),
-            **layout,
-            **shared,
-        ),
+def defaults() -> dict:
+    """Every panel value at the dashboard's defaults, plus the baseline rule."""
+    values = {s.name: DASHBOARD_DEFAULTS.get(s.name, s.default) for s in panel_settings()}
+    return {BASELINE_RULE[0]: BASELINE_RULE[1], **values}
+
+
+def model_ids() -> list[str]:
+    """The public model names: ``bundled`` and the catalog's hub ids (never a server path)."""
+    return [BUNDLED] + [m.hub_id for m in MODEL_CATALOG]
+
+
+def model_source(model_id: str | None) -> str:
+    """Where a public model id loads from; anything else is refused in one line."""
+    model_id = (model_id or BUNDLED).strip()
+    if model_id == BUNDLED:
+        return DEFAULT_MODEL
+    if model_id in model_ids():
+        return model_id
+    raise ValueError(f"unknown model {model_id!r}; choose one of {', '.join(model_ids())}")
+
+
+def _coerce(s: Setting, value):
+    """One setting's value from the page or the API, checked for its type."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if s.optional:
+            return None
+        raise ValueError(f"{s.name} ({s.label}) needs a value")
+    if isinstance(value, str):
+        return s.parse(value)
+    if s.kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{s.name} must be true or false, got {value!r}")
+        return value
+    if s.kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{s.name} must be an integer, got {value!r}")
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise ValueError(f"{s.name} must be an integer, got {value!r}")
+        return int(value)
+    if s.kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{s.name} must be a number, got {value!r}")
+        return float(value)
+    if s.kind is tuple:
+        return tuple(int(v) for v in value)
+    if s.choices is not None and value not in s.choices:
+        raise ValueError(f"unknown {s.name} {value!r}; choose one of {', '.join(map(str, s.choices))}")
+    return value
+
+
+def preset_values(name: str | None) -> dict:
+    """The panel values a preset sets (all but the sampling group), or nothing for ``custom``."""
+    if not name or name in ("custom", "defaults"):
+        return {}
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of custom, defaults, {', '.join(PRESETS)}")
+    config = config_from_settings(preset=name)
+    sections = {None: config, "verify": config.verify, "sampling": config.sampling}
+    values = {
+        s.name: getattr(sections[s.section], s.name) for s in panel_settings() if s.group not in PRESET_KEEPS
     }
+    return {BASELINE_RULE[0]: config.s2d2_rule, **values}
+
+
+def resolve(preset: str | None = None, given: dict | None = None) -> dict:
+    """Dashboard defaults, then the preset, then the settings ``given`` by name, checked."""
+    given = dict(given or {})
+    known = {BASELINE_RULE[0], *(s.name for s in panel_settings())}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")
+    values = {**defaults(), **preset_values(preset)}
+    for name, value in given.items():
+        if name == BASELINE_RULE[0]:
+            if value not in COMMIT_RULES:
+                raise ValueError(f"unknown baseline_method {value!r}; choose one of {', '.join(COMMIT_RULES)}")
+            values[name] = value
+        else:
+            values[name] = _coerce(BY_NAME[name], value)
+    return values
+
+
+def build_configs(values: dict) -> dict[str, DecodeConfig]:
+    """The three runs' configurations from resolved values; raises ``ValueError`` on impossible settings."""
+    rule = values[BASELINE_RULE[0]]
+    methods = {"AR": dict(method="ar"), "Baseline": dict(method=rule), "S2D2": dict(method="s2d2", s2d2_rule=rule)}
+    configs = {}
+    for name, sections in RUN_SECTIONS.items():
+        flat = {s.name: values[s.name] for s in panel_settings() if s.section in sections and s.name in values}
+        configs[name] = config_from_settings(**flat, **methods[name])
+    return configs
 
 
 def check_prompt(prompt: str) -> str:
@@ -95,7 +163,7 @@ def check_prompt(prompt: str) -> str:
 
 
 class ModelCache:
-    """Loads each model once, warms it up, and shares it read-only between sessions.
+    """Loads each model once and shares it read-only between sessions.
 
     Decoding state lives in per-run KV sessions, so sharing the weights is safe.
     """
@@ -104,15 +172,92 @@ class ModelCache:
         self._models: dict[str, BlockDiffusionModel] = {}
         self._lock = threading.Lock()
 
-    def get(self, source: str, announce: Callable[[str], None] | None = None) -> BlockDiffusionModel:
-        """The loaded model; ``announce`` hears its size and memory estimate before a first load."""
-        source = source or DEFAULT_MODEL
+    def get(self, model_id: str | None, announce: Callable[[str], None] | None = None) -> BlockDiffusionModel:
+        """The loaded model of a public id; ``announce`` hears its size and memory estimate before a first load."""
+        source = model_source(model_id)
         with self._lock:
             if source not in self._models:
-                model = load_model(source, announce=announce)
-                generate(model, "warm up", DecodeConfig(method="s2d2", block_length=4, max_new_tokens=8))
-                self._models[source] = model
+                self._models[source] = load_model(source, announce=announce)
+                if source == DEFAULT_MODEL and self._models[source].device.type == "cpu":
+                    # The bundled model's forwards are tiny: one thread is as fast, and on a shared
+                    # 2-core machine far steadier (S2D2's wall speedup over AR on one example, 4 runs
+                    # at load 5.8: 2.45–2.69 with one thread, 0.18–6.24 with two).
+                    torch.set_num_threads(1)
             return self._models[source]
+
+
+TIMED_ROUNDS = 3
+ROUND_BUDGET_S = 2.0  # more rounds only when one is this quick (the bundled model), never for a slow hub model
+TIMING_NOTE = (
+    "How times were taken: every run is first decoded once untimed on the loaded model (a full warm-up "
+    f"with its own settings); then the three runs are timed one after the other, and, when a round takes under "
+    f"{ROUND_BUDGET_S:g} s, {TIMED_ROUNDS - 1} more rounds follow in rotated order and each run reports the "
+    "round with its median time. Wall time covers the decode loop only, not loading, streaming or drawing."
+)
+
+
+def warm_up(
+    model: BlockDiffusionModel,
+    prompt: str,
+    config: DecodeConfig,
+    should_stop: Callable[[], bool] | None = None,
+    watch: Callable[[str, Decoder | None], None] | None = None,
+    name: str = "",
+) -> Trace:
+    """One full untimed decode with ``config``, so no timed run pays first-call costs.
+
+    Full length, not a short one: every new KV length is a first call to some
+    kernel, and a two-token AR warm-up left AR's first timed run 3.7× slower
+    than its second on the bundled model (1.06 s against 0.29 s). Being
+    untimed, it is also the decode the page streams: ``watch`` hears the
+    decoder before it runs and after each block.
+    """
+    decoder = Decoder(model, config, should_stop, watch and (lambda done, total: watch(name, decoder)))
+    if watch:
+        watch(name, decoder)
+    return decoder.run(model.chat_prompt(prompt), prompt)
+
+
+@dataclass
+class Progress:
+    """A run in flight, as the stream shows it: the partial trace so far (``None`` once timing starts)."""
+
+    name: str
+    trace: Trace | None
+
+
+def partial_trace(decoder: Decoder, model: BlockDiffusionModel, prompt: str, started: float) -> Trace:
+    """What a running decoder has committed so far, as a trace the views can draw.
+
+    Reads the decoder's public records (``steps``, ``forwards``) from another
+    thread: both only grow, and a list copy is atomic.
+    """
+    steps, forwards = list(decoder.steps), list(decoder.forwards)
+    committed = {p.position: p.committed for s in steps for p in s.committed if p.position >= 0}
+    length = max(committed, default=-1) + 1
+    ids = [committed.get(i, model.mask_token_id) for i in range(length)]
+    seen = sorted({*ids, *(p.token for s in steps for p in s.positions)})
+    token_text = dict(zip(map(str, seen), model.token_strings(seen)))
+    token_text[str(model.mask_token_id)] = "…"
+    return Trace(
+        method=decoder.config.method,
+        config=decoder.config.to_dict(),
+        model="",
+        prompt=prompt,
+        prompt_ids=[],
+        output_ids=ids,
+        output_tokens=[token_text[str(t)] for t in ids],
+        text="",
+        stop_reason="running",
+        forwards=forwards,
+        steps=steps,
+        summary=summarize(forwards, steps, length, time.perf_counter() - started),
+        token_text=token_text,
+    )
+
+
+def _median(traces: list[Trace]) -> Trace:
+    return sorted(traces, key=lambda t: t.summary.wall_seconds)[len(traces) // 2]
 
 
 def run_all(
@@ -120,15 +265,72 @@ def run_all(
     prompt: str,
     configs: dict[str, DecodeConfig],
     should_stop: Callable[[], bool] | None = None,
-    on_run: Callable[[str, int, int], None] | None = None,
+    watch: Callable[[str, Decoder | None], None] | None = None,
 ) -> dict[str, Trace]:
-    """Decode ``prompt`` with every configuration, same seed, one after the other."""
-    traces = {}
+    """Decode ``prompt`` with every configuration, same seed, timed fairly (see :data:`TIMING_NOTE`).
+
+    Every configuration is warmed up first (``watch`` sees those decodes, then
+    ``watch("", None)`` when timing starts); the timed rounds rotate the order,
+    so no run always goes first, and do nothing but decode. Repeats of a run
+    commit the same tokens (same seed), only their clocks differ.
+    """
     for name, config in configs.items():
+        warm_up(model, prompt, config, should_stop, watch, name)
+    if watch:
+        watch("", None)
+    names = list(configs)
+    timed: dict[str, list[Trace]] = {name: [] for name in names}
+    for round_index in range(TIMED_ROUNDS):
+        started = time.perf_counter()
+        for name in names[round_index:] + names[:round_index]:
+            timed[name].append(Decoder(model, configs[name], should_stop).run(model.chat_prompt(prompt), prompt))
+        if time.perf_counter() - started > ROUND_BUDGET_S:
+            break
+    return {name: _median(timed[name]) for name in names}
 
-        def progress(done: int, total: int, name=name) -> None:
-            if on_run:
-                on_run(name, done, total)
 
-        traces[name] = generate(model, prompt, config, should_stop=should_stop, on_progress=progress)
-    return traces
+def stream_all(
+    model: BlockDiffusionModel,
+    prompt: str,
+    configs: dict[str, DecodeConfig],
+    should_stop: Callable[[], bool] | None = None,
+    every: float = 0.3,
+) -> Iterator[Progress | dict[str, Trace]]:
+    """:func:`run_all` in a worker thread, yielding the warm-up decodes as they grow, at most every ``every`` s.
+
+    The decode thread only signals after each block (a queue put) and only
+    while warming up; drawing happens here, and the timed rounds run with no
+    display work at all. ``Progress("", None)`` says the timing started; the
+    finished ``{name: trace}`` comes last; an error in the worker is raised here.
+    """
+    events: queue.Queue = queue.Queue()
+    result: dict = {}
+
+    def watch(name: str, decoder: Decoder | None) -> None:
+        events.put((name, decoder, time.perf_counter()))
+
+    def work() -> None:
+        try:
+            result["traces"] = run_all(model, prompt, configs, should_stop, watch)
+        except BaseException as err:  # handed to the consumer, which raises it
+            result["error"] = err
+        events.put(None)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    last, previous, started = 0.0, None, {}
+    while (event := events.get()) is not None:
+        name, decoder, now = event
+        started.setdefault(name, now)
+        if previous and previous[0] != name:  # a run just finished: show its last state, unthrottled
+            yield Progress(previous[0], partial_trace(previous[1], model, prompt, started[previous[0]]))
+        previous = (name, decoder)
+        if decoder is None:
+            yield Progress("", None)  # every run is decoded; the timed rounds follow
+        elif time.perf_counter() - last >= every:
+            last = time.perf_counter()
+            yield Progress(name, partial_trace(decoder, model, prompt, started[name]))
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    yield result["traces"]

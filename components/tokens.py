@@ -6,7 +6,8 @@ import html
 
 from s2d2.trace import EditRecord, PositionRecord, Trace
 
-from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome
+from .narration import forwards_after
+from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome, display_token
 
 
 def commit_records(trace: Trace) -> dict[int, tuple[int, int, PositionRecord]]:
@@ -32,8 +33,8 @@ def token_tooltip(trace: Trace, step_index: int, block: int, p: PositionRecord) 
     lines = [
         f"position {p.position} · block {block} · step {step_index}",
         OUTCOME_LABELS[display_outcome(trace.method, p.outcome)],
-        f"drafted {trace.text_of(p.token)!r}"
-        + ("" if p.committed == p.token else f" → committed {trace.text_of(p.committed)!r}"),
+        f"drafted {display_token(trace.text_of(p.token))!r}"
+        + ("" if p.committed == p.token else f" → committed {display_token(trace.text_of(p.committed))!r}"),
         f"p (drafter) {_fmt(p.p)}",
     ]
     if p.q is not None:
@@ -45,11 +46,6 @@ def token_tooltip(trace: Trace, step_index: int, block: int, p: PositionRecord) 
     return "\n".join(lines)
 
 
-def short_token(text: str) -> str:
-    """Special tokens like ``<|endoftext|>`` shown as ``⟨endoftext⟩``: readable, and narrow."""
-    if text.startswith("<|") and text.endswith("|>"):
-        return f"⟨{text[2:-2]}⟩"
-    return text
 
 
 def _split_space(token: str) -> tuple[str, str]:
@@ -61,7 +57,13 @@ def _split_space(token: str) -> tuple[str, str]:
 
 
 def tokens_html(trace: Trace) -> str:
-    """The generated text as coloured ``<span>`` tokens with native hover tooltips."""
+    """The generated text as coloured ``<span>`` tokens with native hover tooltips.
+
+    Each token carries the step that committed it (``data-step``) and the
+    forwards spent by then (``data-f``), so the page's player can show the text
+    as it stood at any step, or at any forward count across runs.
+    """
+    spent = forwards_after(trace)
     commits = commit_records(trace)
     edits = final_edits(trace)
     spans = []
@@ -74,12 +76,19 @@ def tokens_html(trace: Trace) -> str:
         edited = ""
         if position in edits:
             edit_step, edit = edits[position]
-            tooltip += f"\nedited at step {edit_step}: {trace.text_of(edit.old)!r} → {trace.text_of(edit.new)!r} (confidence {edit.confidence:.3f})"
+            old, new = display_token(trace.text_of(edit.old)), display_token(trace.text_of(edit.new))
+            tooltip += f"\nedited at step {edit_step}: {old!r} → {new!r} (confidence {edit.confidence:.3f})"
             edited = " tok-edited"
         title = html.escape(tooltip, quote=True)
-        space, body = _split_space(short_token(token))
-        spans.append(f'{space}<span class="tok tok-{outcome}{edited}" title="{title}">{html.escape(body)}</span>')
-    stop = "" if trace.stop_reason == "stop_token" else ' <span class="tok-cut">… (max new tokens)</span>'
+        space, body = _split_space(display_token(token))
+        spans.append(
+            f'{space}<span class="tok tok-{outcome}{edited}" data-step="{step_index}" data-f="{spent[step_index]}" '
+            f'title="{title}">{html.escape(body)}</span>'
+        )
+    stop = {
+        "stop_token": "",
+        "running": ' <span class="tok-cut">… decoding</span>',
+    }.get(trace.stop_reason, ' <span class="tok-cut">… (max new tokens)</span>')
     return f'<div class="tokens">{"".join(spans)}{stop}</div>'
 
 

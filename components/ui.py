@@ -1,7 +1,9 @@
 """Gradio building blocks of the dashboard and the handlers behind them.
 
 ``app.py`` lays these out and wires the events; everything that computes lives
-in the engine or in the pure view functions, so handlers stay short.
+in the engine or in the pure view functions, so handlers stay short. The
+settings panel is built from :data:`s2d2.settings.SETTINGS`: a new config
+field gets its control here without an edit.
 """
 
 from __future__ import annotations
@@ -10,26 +12,36 @@ import html
 import json
 import tempfile
 import threading
-from dataclasses import dataclass, fields
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gradio as gr
 
-from s2d2.config import PRESETS, preset_config
+from s2d2.config import PRESETS
 from s2d2.decode import DecodeCancelled
-from s2d2.models import DEFAULT_MODEL
-from s2d2.policies import ESTIMATORS, POLICIES, SCORE_TYPES
+from s2d2.settings import Setting
+from s2d2.trace import Trace
 
-from .bundle import bundle_json, load_bundle
+from .bundle import bundle_json, load_bundle_file
+from .figures import trajectory_figure
 from .runner import (
+    BASELINE_RULE,
+    BUNDLED,
     RUN_NAMES,
+    SLIDER_MAX,
+    TIMING_NOTE,
     ModelCache,
-    Settings,
+    Progress,
     build_configs,
     check_prompt,
-    run_all,
+    defaults,
+    panel_settings,
+    preset_values,
+    resolve,
+    stream_all,
 )
-from .views import build_views
+from .views import PLOT_IDS, build_views, text_panel
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
@@ -37,159 +49,136 @@ BENCHMARK_SUMMARY = ASSETS.parent / "docs" / "results" / "bundled" / "summary.js
 BUNDLED_LABEL = "bundled 4.8M (CPU, offline)"
 MODELS = ModelCache()
 _CANCELS: dict[str, threading.Event] = {}
+STREAM_EVERY = 0.3  # seconds between streamed updates: a few per second
+
+BUNDLED_CAN = (
+    "**What the bundled model can do.** It is a 4.8M-parameter model trained by this project on two "
+    "synthetic tasks only: word problems with + and − (*Tom has 4 rocks. He buys 8 more. …*) and team picks "
+    "(*Pick two different players from … Then cheer for the first one.*). It cannot write open text: "
+    "other prompts give a word or two of nonsense. Pick a hub model (GPU) for open prompts."
+)
+SECTIONS = (
+    ("decoding", "**Diffusion** — blocks and the confidence rule, shared by the baseline and S2D2."),
+    ("verifier", "**S2D2 verifier** — when to verify, and how drafts are accepted."),
+    ("sampling", "**Sampling** — shared by all three runs, same seed."),
+)
 
 
 def model_choices() -> list[tuple[str, str]]:
-    """(label, source) pairs for the model picker: the bundled model first."""
+    """(label, public id) pairs for the model picker: the bundled model first."""
     from s2d2.models.catalog import MODEL_CATALOG
 
-    choices = [(BUNDLED_LABEL, DEFAULT_MODEL)]
+    choices = [(BUNDLED_LABEL, BUNDLED)]
     choices += [
         (f"{m.hub_id} ({m.parameters_billion:g}B, {m.bf16_gb:.0f} GB bf16, GPU)", m.hub_id) for m in MODEL_CATALOG
     ]
     return choices
 
 
-def examples() -> list[str]:
+def examples() -> list[dict]:
+    """Each example: a prompt, the preset it runs with, and what it shows about S2D2."""
     return json.loads((ASSETS / "examples.json").read_text())
 
 
 # -- settings panel ------------------------------------------------------------
 
 
+def _control(s: Setting, value):
+    """The control of one setting, chosen by its kind, choices and bounds."""
+    label, info = s.label, s.help
+    if s.choices is not None:
+        kind = gr.Radio if len(s.choices) <= 3 else gr.Dropdown
+        return kind(list(s.choices), value=value, label=label, info=info, elem_id=f"set-{s.name}")
+    if s.kind is bool:
+        return gr.Checkbox(value=value, label=label, info=info, elem_id=f"set-{s.name}")
+    if s.kind is tuple:
+        return gr.Textbox(value=" ".join(map(str, value)), label=label, info=info, elem_id=f"set-{s.name}")
+    if s.kind is str:
+        return gr.Textbox(value=value, label=label, info=info, elem_id=f"set-{s.name}")
+    high = SLIDER_MAX.get(s.name, s.maximum)
+    if not s.optional and s.minimum is not None and high is not None and high - s.minimum <= 1024:
+        step = s.step or (1 if s.kind is int else 0.01)
+        return gr.Slider(s.minimum, high, value=value, step=step, label=label, info=info, elem_id=f"set-{s.name}")
+    return gr.Number(
+        value=value,
+        label=label + (" (empty = off)" if s.optional else ""),
+        info=info,
+        precision=0 if s.kind is int else None,
+        minimum=s.minimum,
+        maximum=s.maximum,
+        elem_id=f"set-{s.name}",
+    )
+
+
 @dataclass
 class SettingsPanel:
-    """The settings components, in the order of :class:`runner.Settings` fields."""
+    """The settings controls by name: the baseline rule first, then every panel setting."""
 
-    baseline_method: gr.Radio
-    block_length: gr.Slider
-    sub_block_length: gr.Slider
-    steps: gr.Slider
-    threshold: gr.Slider
-    edit_threshold: gr.Number
-    policy: gr.Dropdown
-    score: gr.Radio
-    c: gr.Number
-    tau_score: gr.Number
-    tau_on: gr.Number
-    tau_off: gr.Number
-    tau_span: gr.Slider
-    estimator: gr.Dropdown
-    acceptance: gr.Radio
-    cache_ver: gr.Checkbox
-    draft_ver: gr.Checkbox
-    temperature: gr.Slider
-    top_p: gr.Slider
-    seed: gr.Number
-    max_new_tokens: gr.Slider
+    controls: dict = field(default_factory=dict)
+
+    def names(self) -> list[str]:
+        return list(self.controls)
 
     def components(self) -> list:
-        return [getattr(self, f.name) for f in fields(Settings)]
+        return list(self.controls.values())
+
+
+def _value(s: Setting, value):
+    return " ".join(map(str, value)) if s.kind is tuple and value is not None else value
 
 
 def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
-    """Preset picker plus baseline, S2D2 and sampling settings, defaults from :class:`Settings`."""
-    d = Settings()
+    """Preset picker and one control per setting; the ``advanced`` group sits in its own accordion."""
+    start = defaults()
     preset = gr.Dropdown(
-        choices=[("custom", "custom")] + [(f"{p.name}: {p.description}", p.name) for p in PRESETS.values()],
+        choices=[("custom (keep the settings below)", "custom"), ("dashboard defaults", "defaults")]
+        + [(f"{p.name}: {p.description}", p.name) for p in PRESETS.values()],
         value="custom",
         label="Paper preset",
         info="Fills in the settings below from one of the paper's configurations.",
+        elem_id="preset",
     )
-    with gr.Row(equal_height=False):
-        with gr.Column(min_width=260):
-            gr.Markdown("**Baseline** — block diffusion with a confidence rule. S2D2 uses the same blocks and rule.")
-            baseline_method = gr.Radio(
-                ["dynamic", "static"],
-                value=d.baseline_method,
-                label="Baseline rule",
-                info="dynamic: commit every draft with confidence > τ; static: a fixed count per step",
-            )
-            block_length = gr.Slider(1, 32, value=d.block_length, step=1, label="Block length B")
-            sub_block_length = gr.Slider(
-                0,
-                32,
-                value=d.sub_block_length,
-                step=1,
-                label="Sub-block length",
-                info="0 = the whole block; Fast-dLLM v2 decodes 32-token blocks in sub-blocks",
-            )
-            steps = gr.Slider(
-                1,
-                32,
-                value=d.steps,
-                step=1,
-                label="Steps per (sub-)block",
-                info="static commits B / steps tokens per step",
-            )
-            threshold = gr.Slider(0.0, 1.0, value=d.threshold, step=0.05, label="Confidence threshold τ")
-            edit_threshold = gr.Number(
-                value=d.edit_threshold,
-                minimum=0,
-                maximum=1,
-                label="Edit threshold τ_edit (empty = no editing)",
-                info="LLaDA2.x: rewrite a committed token when a later draft is this confident",
-            )
-        with gr.Column(min_width=260):
-            gr.Markdown("**S2D2 verifier** — when to verify, and how drafts are accepted.")
-            policy = gr.Dropdown(list(POLICIES), value=d.policy, label="Routing policy")
-            with gr.Row():
-                score = gr.Radio(
-                    list(SCORE_TYPES), value=d.score, label="Score", info="static: E[K] − c; dynamic: E[K] − c·n_high"
-                )
-                c = gr.Number(value=d.c, label="c (penalty)")
-            with gr.Row():
-                tau_score = gr.Number(value=d.tau_score, label="τ_score")
-                tau_on = gr.Number(value=d.tau_on, label="τ_on")
-                tau_off = gr.Number(value=d.tau_off, label="τ_off")
-            tau_span = gr.Slider(1, 32, value=d.tau_span, step=1, label="τ_span (minimum span)")
-            estimator = gr.Dropdown(list(ESTIMATORS), value=d.estimator, label="Acceptance estimator")
-            acceptance = gr.Radio(
-                ["stochastic", "greedy"],
-                value=d.acceptance,
-                label="Acceptance",
-                info="stochastic: min(1, q/p) as in the paper; greedy: exact AR argmax",
-            )
-            with gr.Row():
-                cache_ver = gr.Checkbox(value=d.cache_ver, label="cache_ver (causal KV)")
-                draft_ver = gr.Checkbox(value=d.draft_ver, label="draft_ver")
-        with gr.Column(min_width=220):
-            gr.Markdown("**Sampling** — shared by all three runs, same seed.")
-            temperature = gr.Slider(
-                0.0, 2.0, value=d.temperature, step=0.05, label="Temperature", info="0 = greedy drafts"
-            )
-            top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="Top-p")
-            seed = gr.Number(value=d.seed, precision=0, label="Seed")
-            max_new_tokens = gr.Slider(8, 192, value=d.max_new_tokens, step=8, label="Max new tokens")
-    panel = SettingsPanel(
-        baseline_method, block_length, sub_block_length, steps, threshold, edit_threshold, policy, score, c, tau_score, tau_on, tau_off, tau_span,
-        estimator, acceptance, cache_ver, draft_ver, temperature, top_p, seed, max_new_tokens,
-    )  # fmt: skip
+    panel = SettingsPanel()
+    by_group: dict[str, list[Setting]] = {}
+    for s in panel_settings():
+        by_group.setdefault(s.group, []).append(s)
+    with gr.Row(equal_height=False, elem_classes=["settings-row"]):
+        for group, title in SECTIONS:
+            with gr.Column(min_width=240):
+                gr.Markdown(title)
+                if group == "decoding":
+                    panel.controls[BASELINE_RULE[0]] = gr.Radio(
+                        ["dynamic", "static", "entropy_bounded"],
+                        value=start[BASELINE_RULE[0]],
+                        label="Baseline rule (also S2D2's rule when it skips verification)",
+                        info="dynamic: every draft with confidence > τ; static: B / steps per step; "
+                        "entropy_bounded: the least uncertain drafts within an entropy budget",
+                        elem_id="set-baseline_method",
+                    )
+                for s in by_group.get(group, []):
+                    panel.controls[s.name] = _control(s, _value(s, start[s.name]))
+    with gr.Accordion("Advanced settings", open=False, elem_id="advanced-settings"):
+        with gr.Row(equal_height=False, elem_classes=["settings-row"]):
+            advanced = [s for g, items in by_group.items() if g not in dict(SECTIONS) for s in items]
+            half = (len(advanced) + 1) // 2
+            for part in (advanced[:half], advanced[half:]):
+                with gr.Column(min_width=240):
+                    for s in part:
+                        panel.controls[s.name] = _control(s, _value(s, start[s.name]))
     return preset, panel
 
 
 def apply_preset(name: str) -> list:
-    """Settings updates for a preset (``custom`` changes nothing); sampling stays as it is."""
-    keys = [f.name for f in fields(Settings)]
-    if name not in PRESETS:
-        return [gr.update() for _ in keys]
-    c = preset_config(name)
-    v = c.verify
-    values = {
-        "baseline_method": c.s2d2_rule,
-        "block_length": c.block_length,
-        "sub_block_length": 0 if c.sub_block_length == c.block_length else c.sub_block_length,
-        "steps": c.steps,
-        "threshold": c.threshold,
-        "edit_threshold": c.edit_threshold,
-        "cache_ver": c.cache_ver,
-        "draft_ver": c.draft_ver,
-        **{
-            k: getattr(v, k)
-            for k in ("policy", "score", "c", "tau_score", "tau_on", "tau_off", "tau_span", "estimator", "acceptance")
-        },
-    }
-    return [gr.update(value=values[k]) if k in values else gr.update() for k in keys]
+    """Settings updates for a preset (``custom`` changes nothing, ``defaults`` restores the dashboard's)."""
+    names = [BASELINE_RULE[0]] + [s.name for s in panel_settings()]
+    if name == "custom" or (name not in PRESETS and name != "defaults"):
+        return [gr.update() for _ in names]
+    values = defaults() if name == "defaults" else preset_values(name)
+    by_name = {s.name: s for s in panel_settings()}
+    return [
+        gr.update(value=_value(by_name[n], values[n]) if n in by_name else values[n]) if n in values else gr.update()
+        for n in names
+    ]
 
 
 # -- results -------------------------------------------------------------------
@@ -198,9 +187,12 @@ def apply_preset(name: str) -> list:
 @dataclass
 class Results:
     headline: gr.HTML
+    player_all: gr.HTML
     texts: dict
-    trajectory_baseline: gr.Plot
+    player_s2d2: gr.HTML
     trajectory_s2d2: gr.Plot
+    player_baseline: gr.HTML
+    trajectory_baseline: gr.Plot
     energy: gr.Plot
     router: gr.Plot
     cost: gr.Plot
@@ -209,9 +201,12 @@ class Results:
     def components(self) -> list:
         return [
             self.headline,
+            self.player_all,
             *self.texts.values(),
-            self.trajectory_baseline,
+            self.player_s2d2,
             self.trajectory_s2d2,
+            self.player_baseline,
+            self.trajectory_baseline,
             self.energy,
             self.router,
             self.cost,
@@ -224,6 +219,7 @@ def results_area() -> Results:
 
     headline = gr.HTML(elem_id="headline")
     gr.HTML(legend_html(), elem_id="legend")
+    player_all = gr.HTML(elem_id="player-all")
     texts = {}
     with gr.Row(equal_height=False):
         for name in RUN_NAMES:
@@ -232,20 +228,27 @@ def results_area() -> Results:
                 texts[name] = gr.HTML(elem_id=f"text-{name.lower()}", elem_classes=["run-text"])
     with gr.Tabs():
         with gr.Tab("Trajectory", id="tab-trajectory"):
+            player_s2d2 = gr.HTML(elem_id="player-s2d2")
             trajectory_s2d2 = gr.Plot(elem_id="plot-trajectory-s2d2", show_label=False)
+            player_baseline = gr.HTML(elem_id="player-baseline")
             trajectory_baseline = gr.Plot(elem_id="plot-trajectory-baseline", show_label=False)
         with gr.Tab("Residual energy", id="tab-energy"):
             energy = gr.Plot(elem_id="plot-energy", show_label=False)
         with gr.Tab("Router", id="tab-router"):
             router = gr.Plot(elem_id="plot-router", show_label=False)
         with gr.Tab("Cost", id="tab-cost"):
+            gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
             cost = gr.Plot(elem_id="plot-cost", show_label=False)
         with gr.Tab("Table", id="tab-table"):
+            gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
             table = gr.Dataframe(elem_id="stats-table", show_label=False, wrap=True)
-    return Results(headline, texts, trajectory_baseline, trajectory_s2d2, energy, router, cost, table)
+    return Results(
+        headline, player_all, texts, player_s2d2, trajectory_s2d2, player_baseline, trajectory_baseline,
+        energy, router, cost, table,
+    )  # fmt: skip
 
 
-RESULT_SLOTS = 1 + len(RUN_NAMES) + 6  # headline, one text per run, five figures, the table
+RESULT_SLOTS = 1 + 1 + len(RUN_NAMES) + 2 * len(PLOT_IDS) + 4  # headline, play-all, texts, players + plots, 3 figures, table
 
 
 def render(traces: dict) -> list:
@@ -253,14 +256,31 @@ def render(traces: dict) -> list:
     v = build_views(traces)
     return [
         v.headline,
+        v.player_all,
         *(v.texts[n] for n in RUN_NAMES),
-        v.trajectory_baseline,
+        v.player_s2d2,
         v.trajectory_s2d2,
+        v.player_baseline,
+        v.trajectory_baseline,
         v.energy,
         v.router,
         v.cost,
         v.table,
     ]
+
+
+def render_stream(shown: dict[str, Trace], changed: str) -> list:
+    """Values while decoding: every run's text so far, the trajectory of the run that moved."""
+    values = [gr.update(), gr.update()]
+    values += [
+        text_panel(shown, n) if n in shown else '<div class="run-missing">waiting…</div>' for n in RUN_NAMES
+    ]
+    for run in ("S2D2", "Baseline"):
+        if run == changed:
+            values += ["", trajectory_figure(shown[run], f"{run} trajectory (decoding…)", run)]
+        else:
+            values += [gr.update(), gr.update()]
+    return values + [gr.update()] * 4
 
 
 def status_html(message: str, kind: str = "info") -> str:
@@ -273,40 +293,53 @@ def _export_file(traces: dict) -> str:
     return str(path)
 
 
-def _cancel_event(request: gr.Request | None) -> threading.Event:
+def _new_cancel_event(request: gr.Request | None) -> threading.Event:
+    """A fresh event per run, so a cancelled run still winding down never sees the next run's clear."""
     key = getattr(request, "session_hash", None) or "local"
-    return _CANCELS.setdefault(key, threading.Event())
+    _CANCELS[key] = threading.Event()
+    return _CANCELS[key]
 
 
-def run_comparison(model_source: str, prompt: str, *values, request: gr.Request = None, progress=gr.Progress()):
-    """Decode with AR, the baseline and S2D2; returns status, results, export file.
+def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = None) -> Iterator[list]:
+    """Decode with AR, the baseline and S2D2, streaming each run's text and trajectory as blocks commit.
 
-    Bad input or a model that cannot load leaves the previous results in place
-    and says why in the status line.
+    Yields status, results and the export file. Bad input or a model that
+    cannot load leaves the previous results in place and says why.
     """
-    cancel = _cancel_event(request)
-    cancel.clear()
+    cancel = _new_cancel_event(request)
     keep = [gr.update()] * RESULT_SLOTS
     try:
         prompt = check_prompt(prompt)
-        configs = build_configs(Settings(*values))
-        model = MODELS.get(model_source, announce=lambda line: progress(0.0, desc=line))
-
-        def on_run(name: str, done: int, total: int) -> None:
-            index = RUN_NAMES.index(name)
-            progress((index + done / total) / len(RUN_NAMES), desc=f"{name}: {done}/{total} tokens")
-
-        traces = run_all(model, prompt, configs, should_stop=cancel.is_set, on_run=on_run)
+        panel = [BASELINE_RULE[0]] + [s.name for s in panel_settings()]
+        configs = build_configs(resolve(given=dict(zip(panel, values))))
+        lines: list[str] = []
+        model = MODELS.get(model_id, announce=lines.append)
+        shown: dict[str, Trace] = {}
+        for item in stream_all(model, prompt, configs, should_stop=cancel.is_set, every=STREAM_EVERY):
+            if isinstance(item, Progress) and item.trace is None:
+                note = "Every run is decoded; timing them now (untimed warm-ups done)…"
+                yield [status_html(note, "info"), *keep, gr.update()]
+            elif isinstance(item, Progress):
+                shown[item.name] = item.trace
+                n = item.trace.summary.generated_tokens
+                note = f"Decoding {item.name}: {n} token{'' if n == 1 else 's'} so far…"
+                yield [status_html(note, "info"), *render_stream(shown, item.name), gr.update()]
+            else:
+                traces = item
     except DecodeCancelled:
-        return [status_html("Cancelled.", "warn"), *keep, gr.update()]
+        yield [status_html("Cancelled: decoding stopped; the results below are from before.", "warn"), *keep, gr.update()]
+        return
     except ValueError as err:
-        return [status_html(html.escape(str(err)), "error"), *keep, gr.update()]
-    return [status_html(""), *render(traces), gr.update(value=_export_file(traces), visible=True)]
+        yield [status_html(html.escape(str(err)), "error"), *keep, gr.update()]
+        return
+    yield [status_html(""), *render(traces), gr.update(value=_export_file(traces), visible=True)]
 
 
 def cancel_run(request: gr.Request = None) -> str:
-    _cancel_event(request).set()
-    return status_html("Cancelling…", "warn")
+    key = getattr(request, "session_hash", None) or "local"
+    if key in _CANCELS:
+        _CANCELS[key].set()
+    return status_html("Cancelled: decoding stopped; the results below are from before.", "warn")
 
 
 def replay(file) -> list:
@@ -315,8 +348,8 @@ def replay(file) -> list:
     if file is None:
         return [status_html(""), *keep]
     try:
-        traces = load_bundle(Path(file if isinstance(file, str) else file.name).read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as err:
+        traces = load_bundle_file(file if isinstance(file, str) else file.name)
+    except (OSError, ValueError) as err:
         return [status_html(f"Cannot replay this file: {html.escape(str(err))}", "error"), *keep]
     return [
         status_html(f"Replaying a saved comparison ({', '.join(traces)}): no model was run.", "info"),
@@ -325,10 +358,11 @@ def replay(file) -> list:
 
 
 def startup() -> list:
-    """Open on a saved comparison of the first example: the page is never empty and costs no compute."""
+    """Open on a saved comparison of the first example, its prompt and lesson in place: no compute."""
     status, *views = replay(str(DEMO_COMPARISON))
-    note = "Showing a saved run of the first example (no model was run). Pick a prompt and press Run to decode live."
-    return [status_html(note, "info"), *views]
+    first = examples()[0]
+    note = "Showing a saved run of the first example (no model was run). Press ▶ Play to watch it, or Run to decode live."
+    return [status_html(note, "info"), *views, first["prompt"], first["lesson"]]
 
 
 # -- benchmarks tab -------------------------------------------------------------

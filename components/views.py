@@ -17,6 +17,7 @@ from .figures import (
     router_figure,
     trajectory_figure,
 )
+from .narration import narrate
 from .tables import stats_table
 from .tokens import tokens_html
 
@@ -25,6 +26,9 @@ from .tokens import tokens_html
 class Views:
     headline: str
     texts: dict[str, str]
+    player_all: str
+    player_baseline: str
+    player_s2d2: str
     trajectory_baseline: go.Figure
     trajectory_s2d2: go.Figure
     energy: go.Figure
@@ -82,14 +86,49 @@ def text_panel(runs: dict[str, Trace], name: str) -> str:
     return run_caption(trace) + tokens_html(trace)
 
 
+PLOT_IDS = {"Baseline": "plot-trajectory-baseline", "S2D2": "plot-trajectory-s2d2"}
+
+
+def player_html(trace: Trace | None, run: str) -> str:
+    """▶ Play / ❚❚ Pause for one trajectory and the sentence of the step shown (the last one at first).
+
+    The buttons do nothing on the server: the page's player script
+    (``assets/player.js``) animates the plot named in ``data-plot``.
+    """
+    if trace is None or not trace.steps:
+        return ""
+    sentence = html.escape(narrate(trace)[-1])
+    return (
+        f'<div class="player" data-run="{run}" data-plot="{PLOT_IDS[run]}">'
+        f'<button type="button" class="play-button" aria-label="Play the {run} trajectory">▶ Play</button>'
+        f'<p class="narration" aria-live="polite">{sentence}</p></div>'
+    )
+
+
+def player_all_html(runs: dict[str, Trace]) -> str:
+    """One control that replays every run in lockstep, one forward at a time, so cheaper runs finish first."""
+    if not runs:
+        return ""
+    spent = " · ".join(f"{html.escape(name)} {t.summary.nfe}" for name, t in runs.items())
+    return (
+        '<div class="player player-all"><button type="button" class="play-all-button">▶ Play all runs by forward</button>'
+        f'<p class="clock" aria-live="polite">forwards per run: {spent}</p></div>'
+    )
+
+
 def build_views(runs: dict[str, Trace]) -> Views:
     base, s2d2 = runs.get("Baseline"), runs.get("S2D2")
     missing = empty_figure("No such run in this comparison.")
     return Views(
         headline=headline_html(runs),
         texts={name: text_panel(runs, name) for name in ("AR", "Baseline", "S2D2")},
-        trajectory_baseline=trajectory_figure(base, f"Baseline ({base.method}) trajectory") if base else missing,
-        trajectory_s2d2=trajectory_figure(s2d2, "S2D2 trajectory") if s2d2 else missing,
+        player_all=player_all_html(runs),
+        player_baseline=player_html(base, "Baseline"),
+        player_s2d2=player_html(s2d2, "S2D2"),
+        trajectory_baseline=(
+            trajectory_figure(base, f"Baseline ({base.method}) trajectory", "Baseline") if base else missing
+        ),
+        trajectory_s2d2=trajectory_figure(s2d2, "S2D2 trajectory", "S2D2") if s2d2 else missing,
         energy=residual_energy_figure(s2d2) if s2d2 else missing,
         router=router_figure(s2d2) if s2d2 else missing,
         cost=cost_figure(runs),

@@ -1,0 +1,149 @@
+() => {
+  /* The dashboard's player: ▶ Play / ❚❚ Pause for each trajectory and one lockstep control for all runs.
+
+     Gradio draws gr.Plot with Plotly.react, which drops a figure's frames, so
+     trajectory_figure carries them in layout.meta.s2d2; this script adds them
+     with Plotly.addFrames whenever a new figure appears. Every step change,
+     from Play, from the slider or from the lockstep clock, arrives as a
+     plotly_animatingframe event, and then the step's sentence, the run's text
+     and the residual-energy outline follow. */
+  const STEP_MS = 350;      // per-trajectory Play: about 3 steps per second
+  const FORWARD_MS = 250;   // lockstep: about 4 forwards per second
+  const MOVE = { mode: "immediate", frame: { duration: 300, redraw: true }, transition: { duration: 250, easing: "cubic-in-out" } };
+  const timers = {};
+  let clock = null;
+
+  const meta = (div) => div && div.layout && div.layout.meta && div.layout.meta.s2d2;
+  const plotOf = (id) => document.querySelector(`#${id} .js-plotly-plot`);
+  const trajectories = () => [...document.querySelectorAll(".js-plotly-plot")].filter((d) => meta(d) && meta(d).kind === "trajectory");
+  const playerOf = (run) => document.querySelector(`.player[data-run="${run}"]`);
+
+  function reveal(run, visible) {
+    const box = document.querySelector(`#text-${run.toLowerCase()}`);
+    if (!box) return;
+    box.querySelectorAll(".tok").forEach((t) => t.classList.toggle("tok-future", !visible(t)));
+  }
+
+  function clearReveal() {
+    document.querySelectorAll(".tok-future").forEach((t) => t.classList.remove("tok-future"));
+  }
+
+  function showStep(div, index) {
+    const m = meta(div);
+    div._s2d2Index = index;
+    const step = m.steps[index];
+    const player = playerOf(m.run);
+    if (player) {
+      const line = player.querySelector(".narration");
+      if (line) line.textContent = m.narration[index];
+      player.dataset.step = String(step);
+    }
+    if (!clock) reveal(m.run, (t) => Number(t.dataset.step) <= step);
+    if (m.run === "S2D2") outlineEnergy(step);
+  }
+
+  function outlineEnergy(step) {
+    const div = plotOf("plot-energy");
+    const m = meta(div);
+    if (!m || !window.Plotly) return;
+    const row = m.row_of_step[Math.min(step, m.row_of_step.length - 1)];
+    const key = `shapes[${m.shape}]`;
+    window.Plotly.relayout(div, { [`${key}.y0`]: row - 0.5, [`${key}.y1`]: row + 0.5, [`${key}.visible`]: row >= 0 });
+  }
+
+  function attach() {
+    if (!window.Plotly) return;
+    for (const div of trajectories()) {
+      const m = meta(div);
+      if (div._s2d2Meta === m) continue;
+      div._s2d2Meta = m;
+      div._s2d2Index = m.steps.length - 1;
+      stop(m.run);
+      window.Plotly.deleteFrames(div).then(() => window.Plotly.addFrames(div, m.frames));
+      if (!div._s2d2Listening) {
+        div._s2d2Listening = true;
+        div.on("plotly_animatingframe", (e) => {
+          const index = meta(div).steps.indexOf(Number(e.name));
+          if (index >= 0) showStep(div, index);
+        });
+      }
+    }
+  }
+
+  function label(run, playing) {
+    const button = playerOf(run) && playerOf(run).querySelector(".play-button");
+    if (button) button.textContent = playing ? "❚❚ Pause" : "▶ Play";
+  }
+
+  function stop(run) {
+    if (timers[run]) clearInterval(timers[run]);
+    delete timers[run];
+    label(run, false);
+  }
+
+  function go(div, index) {
+    return window.Plotly.animate(div, [String(meta(div).steps[index])], MOVE);
+  }
+
+  function play(run) {
+    const div = trajectories().find((d) => meta(d).run === run);
+    if (!div) return;
+    stopClock();
+    const last = meta(div).steps.length - 1;
+    let index = div._s2d2Index >= last ? 0 : div._s2d2Index + 1;
+    go(div, index);
+    label(run, true);
+    timers[run] = setInterval(() => {
+      if (index >= last) return stop(run);
+      index += 1;
+      go(div, index);
+    }, STEP_MS);
+  }
+
+  function stopClock() {
+    if (clock) clearInterval(clock.timer);
+    clock = null;
+    const button = document.querySelector(".play-all-button");
+    if (button) button.textContent = "▶ Play all runs by forward";
+  }
+
+  function playAll() {
+    Object.keys(timers).forEach(stop);
+    const tokens = [...document.querySelectorAll(".run-text .tok")];
+    const total = Math.max(1, ...tokens.map((t) => Number(t.dataset.f)));
+    const button = document.querySelector(".play-all-button");
+    const line = document.querySelector(".player-all .clock");
+    clock = { forward: 0 };
+    if (button) button.textContent = "❚❚ Pause";
+    const tick = () => {
+      const f = clock.forward;
+      for (const run of ["AR", "Baseline", "S2D2"]) reveal(run, (t) => Number(t.dataset.f) <= f);
+      const done = [];
+      for (const div of trajectories()) {
+        const m = meta(div);
+        let index = 0;
+        m.forwards.forEach((spent, i) => { if (spent <= f) index = i; });
+        if (index !== div._s2d2Index) go(div, index);
+        if (m.forwards[m.forwards.length - 1] <= f) done.push(m.run);
+      }
+      if (line) line.textContent = `forward ${f} of ${total}` + (done.length ? ` · finished: ${done.join(", ")}` : "");
+      if (f >= total) { stopClock(); return; }
+      clock.forward += 1;
+    };
+    tick();
+    clock.timer = setInterval(tick, FORWARD_MS);
+  }
+
+  document.addEventListener("click", (event) => {
+    const one = event.target.closest(".play-button");
+    if (one) {
+      const run = one.closest(".player").dataset.run;
+      if (timers[run]) stop(run); else play(run);
+      return;
+    }
+    if (event.target.closest(".play-all-button")) {
+      if (clock) { stopClock(); clearReveal(); } else playAll();
+    }
+  });
+  setInterval(attach, 300);
+}
