@@ -1,7 +1,7 @@
 """The paper's accuracy–speed study: methods × settings × task sets.
 
     python -m s2d2.bench --problems 500 --out results/bundled
-    accelerate launch --multi_gpu --num_processes 2 -m s2d2.bench --problems 500 --out results/bundled
+    accelerate launch --multi_gpu --num_processes 2 -m s2d2.bench --problems 500 --tune --out results/bundled
 
 Every method decodes the same held-out problems (seed = problem index). Per
 method it reports accuracy (exact match), forwards per problem, tokens per
@@ -11,7 +11,9 @@ accuracy, acceptance statistics and router decisions. Outputs in ``--out``:
 
 - ``runs.csv``: one row per (method, problem);
 - ``summary.json``: one entry per method, plus the run's metadata;
-- ``table.md``: a table shaped like the paper's Table 1.
+- ``table.md``: a table shaped like the paper's Table 1;
+- ``tuning.json`` (with ``--tune``): every router candidate on the development
+  split and the one chosen per block size, which then joins the test grid.
 
 The engine writes data only; ``python -m components.benchmarks DIR`` draws the
 frontiers (accuracy against forwards and against wall time) from ``summary.json``.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import platform
@@ -34,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .config import DecodeConfig, preset_config
+from .config import DecodeConfig, config_from_settings, preset_config
 from .evaluate import (
     ProblemResult,
     heldout_problems,
@@ -53,7 +56,8 @@ def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
     """AR; static B ∈ {4, 8, 16} with steps B and B/2; a dynamic τ sweep; S2D2 routers at B ∈ {4, 16}.
 
     The S2D2 routers use the paper's stochastic acceptance; one greedy-acceptance
-    variant per block size shows the exact mode (output identical to AR).
+    variant per block size shows the exact mode (output identical to AR). Each
+    S2D2 router runs as the paper does (no lookahead) and with lookahead.
     """
     common = dict(max_new_tokens=max_new_tokens)
     grid = {"AR": DecodeConfig(method="ar", **common)}
@@ -65,14 +69,68 @@ def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
             grid[f"dynamic B={B} τ={tau}"] = DecodeConfig(method="dynamic", block_length=B, threshold=tau, **common)
     for B in (4, 16):
         layout = dict(block_length=B, steps=B, **common)
-        grid[f"S2D2 B={B} score c=1"] = preset_config("sdar-a", **layout)
-        grid[f"S2D2 B={B} always (c=0)"] = preset_config("sdar-b", **layout)
-        grid[f"S2D2 B={B} always, greedy acceptance"] = preset_config(
-            "sdar-b", **layout, verify=dict(acceptance="greedy")
-        )
-        grid[f"S2D2 B={B} hysteresis"] = preset_config("hysteresis", **layout)
-        grid[f"S2D2 B={B} min span {B // 2}"] = preset_config("min-span", **layout, verify=dict(tau_span=B // 2))
+        routers = {
+            f"S2D2 B={B} score c=1": preset_config("sdar-a", **layout),
+            f"S2D2 B={B} always (c=0)": preset_config("sdar-b", **layout),
+            f"S2D2 B={B} always, greedy acceptance": preset_config("sdar-b", **layout, verify=dict(acceptance="greedy")),
+            f"S2D2 B={B} hysteresis": preset_config("hysteresis", **layout),
+            f"S2D2 B={B} min span {B // 2}": preset_config("min-span", **layout, verify=dict(tau_span=B // 2)),
+        }
+        for name, config in routers.items():
+            grid[name] = config.replace(lookahead=False)
+            grid[name + " + lookahead"] = config.replace(lookahead=True)
     return grid
+
+
+DEV_SEED = 7  # the development split's seed; its problems are held out from training and disjoint from the test set
+
+
+def development_problems(n: int, family_names: list[str], test: list) -> list:
+    """``n`` problems per family for tuning: held out from training, and sharing no content key with ``test``."""
+    taken = {p.key for p in test}
+    table = families()
+    out = []
+    for name in family_names:
+        pool = table[name].problems("heldout", 4 * n + len(test), DEV_SEED)
+        fresh = [p for p in pool if p.key not in taken]
+        if len(fresh) < n:
+            raise ValueError(f"{name}: only {len(fresh)} development problems are disjoint from the test set")
+        out += fresh[:n]
+    return out
+
+
+def router_candidates(block_length: int, max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """The routers ``--tune`` searches at one block size: thresholds of every policy, stochastic acceptance,
+    AR-like caching and lookahead (the fastest exact layout)."""
+    base = dict(
+        method="s2d2", block_length=block_length, steps=block_length, threshold=0.85, cache_ver=True, draft_ver=True,
+        lookahead=True, max_new_tokens=max_new_tokens,
+    )  # fmt: skip
+    found = {}
+    for c in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0):  # static score: verify iff E[K] ≥ c + τ_score, so τ_score stays 0
+        found[f"score static c={c}"] = config_from_settings(**base, policy="score", score="static", c=c, tau_score=0.0)
+    for c in (0.25, 0.5, 1.0):
+        for tau in (-1.0, 0.0, 1.0):
+            found[f"score dynamic c={c} τ={tau}"] = config_from_settings(
+                **base, policy="score", score="dynamic", c=c, tau_score=tau
+            )
+    for c in (0.5, 1.0):
+        for on, off in ((0.0, -2.0), (1.0, -5.0), (2.0, -1.0)):
+            found[f"hysteresis c={c} τ_on={on} τ_off={off}"] = config_from_settings(
+                **base, policy="hysteresis", score="dynamic", c=c, tau_on=on, tau_off=off
+            )
+    for span in sorted({2, block_length // 4, block_length // 2} - {0, 1}):
+        found[f"min span {span}"] = config_from_settings(**base, policy="min_span", tau_span=span)
+    return found
+
+
+def choose_router(rows: list[dict], ar_accuracy: float, tolerance: float = 0.01) -> dict:
+    """The candidate with the fewest forwards among those within ``tolerance`` of AR's accuracy (else the
+    most accurate): what a user tuning on a development split would deploy."""
+    good = [r for r in rows if r["accuracy"] >= ar_accuracy - tolerance]
+    if good:
+        return min(good, key=lambda r: (r["nfe_per_problem"], -r["accuracy"]))
+    return max(rows, key=lambda r: (r["accuracy"], -r["nfe_per_problem"]))
 
 
 def tiny_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
@@ -174,6 +232,46 @@ def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, fam
     return rows
 
 
+def tune(model, args, family_names: list[str], test: list, out: Path, parallel) -> dict[str, DecodeConfig]:
+    """Search the routers on the development split; returns the chosen router per block size (stochastic
+    acceptance, as tuned, and its exact greedy-acceptance twin) for the test grid. Every process reads all
+    shards and chooses the same, so the test grid is the same everywhere; rank 0 writes ``tuning.json``."""
+    rank, world, barrier = parallel
+    dev = development_problems(args.dev_problems, family_names, test)
+    candidates = {"AR": DecodeConfig(method="ar", max_new_tokens=args.max_new_tokens)}
+    for B in (4, 16):
+        candidates.update({f"B={B} {k}": v for k, v in router_candidates(B, args.max_new_tokens).items()})
+    bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"tune[{rank}/{world}]", position=rank)
+    results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
+    bar.close()
+    shards = out / "shards"
+    (shards / f"tune{rank}.json").write_text(json.dumps([asdict(r) for r in results]))
+    barrier()
+    merged = [ProblemResult(**r) for i in range(world) for r in json.loads((shards / f"tune{i}.json").read_text())]
+    rows = summarize(candidates, merged)
+    ar = next(r for r in rows if r["method"] == "AR")
+    chosen, tuned = {}, {}
+    for B in (4, 16):
+        best = choose_router([r for r in rows if r["method"].startswith(f"B={B} ")], ar["accuracy"])
+        chosen[B] = best["method"]
+        config = candidates[best["method"]]
+        label = best["method"].split(" ", 1)[1]
+        tuned[f"S2D2 B={B} tuned ({label}) + lookahead"] = config
+        tuned[f"S2D2 B={B} tuned ({label}), greedy acceptance + lookahead"] = config.replace(
+            verify=dataclasses.replace(config.verify, acceptance="greedy")
+        )
+    if rank == 0:
+        report = {
+            "development_problems_per_family": args.dev_problems,
+            "seed": DEV_SEED,
+            "rule": "fewest forwards within 1 point of AR's average accuracy on the development split",
+            "chosen": {str(B): name for B, name in chosen.items()},
+            "candidates": rows,
+        }
+        (out / "tuning.json").write_text(json.dumps(report, indent=2) + "\n")
+    return tuned
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m s2d2.bench", description="Accuracy–speed study of block-diffusion decoding methods."
@@ -189,6 +287,12 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="timed decodes per problem (median wall time)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", default="results/bench")
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="first search the routing thresholds on a development split, then add the best router per block size",
+    )
+    parser.add_argument("--dev-problems", type=int, default=100, help="development problems per family for --tune")
     args = parser.parse_args(argv)
 
     rank, world, barrier = parallel_state()
@@ -206,9 +310,12 @@ def main(argv=None) -> None:
     shards = out / "shards"
     shards.mkdir(parents=True, exist_ok=True)
 
+    start = time.time()
+    if args.tune:
+        grid.update(tune(model, args, family_names, problems, out, (rank, world, barrier)))
+
     total = len(grid) * len(range(rank, len(problems), world))
     bar = progress_bar(total, f"bench[{rank}/{world}]", position=rank)
-    start = time.time()
     results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1))
     bar.close()
     (shards / f"rank{rank}.json").write_text(json.dumps([asdict(r) for r in results]))

@@ -81,3 +81,28 @@ def test_dashboard_benchmarks_tab_loads_a_saved_summary(single, tmp_path):
     bad.write_text('{"not": "a summary"}')
     status, *_ = ui.benchmark_views(str(bad))
     assert "No benchmark loaded" in status
+
+
+def test_tune_searches_routers_on_a_disjoint_split_and_adds_the_best_per_block_size(tiny_path, tmp_path):
+    args = ["--grid", "tiny", "--problems", "2", "--max-new-tokens", "8", "--tune", "--dev-problems", "1"]
+    bench.main(["--model", tiny_path, *args, "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "tuning.json").read_text())
+    assert set(report["chosen"]) == {"4", "16"}
+    assert len(report["candidates"]) == 1 + len(bench.router_candidates(4, 8)) + len(bench.router_candidates(16, 8))
+    methods = [m["method"] for m in load_summary(tmp_path / "summary.json")["methods"]]
+    for B in ("4", "16"):
+        label = report["chosen"][B].split(" ", 1)[1]
+        assert f"S2D2 B={B} tuned ({label}) + lookahead" in methods
+        assert f"S2D2 B={B} tuned ({label}), greedy acceptance + lookahead" in methods
+    test = bench.heldout_problems(500, ["arith", "team"])
+    assert not {p.key for p in bench.development_problems(100, ["arith", "team"], test)} & {p.key for p in test}
+
+
+def test_choose_router_takes_the_cheapest_within_a_point_of_ar():
+    rows = [
+        {"method": "a", "accuracy": 0.95, "nfe_per_problem": 5.0},
+        {"method": "b", "accuracy": 0.985, "nfe_per_problem": 7.0},
+        {"method": "c", "accuracy": 0.99, "nfe_per_problem": 9.0},
+    ]
+    assert bench.choose_router(rows, ar_accuracy=0.99)["method"] == "b"
+    assert bench.choose_router(rows, ar_accuracy=1.5)["method"] == "c"  # none qualifies: the most accurate
