@@ -1,6 +1,7 @@
-"""How much of decoding is Python, not the model? A benchmark, not a test.
+"""How much of decoding is Python, not the model? And what does a forward cost? Benchmarks, not tests.
 
     python -m s2d2.overhead --new-tokens 256 --repeats 3
+    python -m s2d2.overhead --forward-cost
 
 Builds an untrained model of the bundled model's shape (nothing is
 downloaded), decodes ``--new-tokens`` tokens with each method (stop tokens
@@ -8,6 +9,10 @@ disabled so every run is the same length) and prints, per method, the share of
 decode wall time spent outside model forwards: mask building, sampling,
 routing, acceptance and trace recording. Each run is timed after a warm-up and
 the median of the repeats is reported.
+
+``--forward-cost`` instead times draft-shaped forwards of n new tokens over a
+cached context on the *bundled* model and fits ``seconds ≈ a + b·n``: the
+per-forward and per-token costs of the cost model in docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import platform
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -31,13 +37,57 @@ def method_configs(new_tokens: int) -> dict[str, DecodeConfig]:
         "ar": DecodeConfig(method="ar", max_new_tokens=new_tokens),
         "static B=16/16": DecodeConfig(method="static", block_length=16, max_new_tokens=new_tokens),
         "dynamic B=16 τ=0.9": DecodeConfig(method="dynamic", block_length=16, threshold=0.9, max_new_tokens=new_tokens),
-        "s2d2 sdar-a": preset_config("sdar-a", max_new_tokens=new_tokens),
-        "s2d2 sdar-b": preset_config("sdar-b", max_new_tokens=new_tokens),
-        "s2d2 hysteresis": preset_config("hysteresis", max_new_tokens=new_tokens),
+        "s2d2 sdar-a": preset_config("sdar-a", max_new_tokens=new_tokens, lookahead=False),
+        "s2d2 sdar-a + lookahead": preset_config("sdar-a", max_new_tokens=new_tokens),
+        "s2d2 sdar-b": preset_config("sdar-b", max_new_tokens=new_tokens, lookahead=False),
+        "s2d2 sdar-b + lookahead": preset_config("sdar-b", max_new_tokens=new_tokens),
+        "s2d2 hysteresis": preset_config("hysteresis", max_new_tokens=new_tokens, lookahead=False),
+        "s2d2 hysteresis + lookahead": preset_config("hysteresis", max_new_tokens=new_tokens),
         "s2d2 ucb B=16": DecodeConfig(
             method="s2d2", block_length=16, max_new_tokens=new_tokens, verify=VerifyConfig(policy="ucb")
         ),
     }
+
+
+def forward_cost(model, context: int, token_counts: list[int], repeats: int) -> list[tuple[int, float]]:
+    """Median seconds of one forward of ``n`` new tokens after ``context`` cached ones, for each ``n``.
+
+    Shaped like a draft: explicit additive mask, explicit positions, nothing stored.
+    """
+    session = model.new_session(lambda *a: None)
+    ids = torch.randint(0, model.vocab_size - 1, (context + max(token_counts),), device=model.device)
+    model.prefill(session, ids[:context], causal=True, block_length=1)
+    rows = []
+    for n in token_counts:
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            times.append(-time.perf_counter())
+            model.draft_forward(session, ids[context : context + n], None, True, 0)
+            times[-1] += time.perf_counter()
+        rows.append((n, statistics.median(times[1:])))
+    return rows
+
+
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares ``y = a + b·x``."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - b * mx, b
+
+
+def print_forward_cost(repeats: int) -> None:
+    model = load_model()
+    rows = forward_cost(model, context=64, token_counts=[1, 2, 4, 8, 16, 24, 32, 48], repeats=max(repeats, 20))
+    a, b = fit_line(rows)
+    print(f"# forward cost, bundled model, 64 cached positions, median of {max(repeats, 20)} after a warm-up, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")  # fmt: skip
+    print("| new tokens | ms |")
+    print("|---:|---:|")
+    for n, seconds in rows:
+        print(f"| {n} | {seconds * 1e3:.2f} |")
+    print(f"fit: {a * 1e3:.2f} ms per forward + {b * 1e3:.3f} ms per token")
 
 
 def main(argv=None) -> None:
@@ -47,7 +97,11 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden-size", type=int, default=TrainConfig.hidden_size)
     parser.add_argument("--layers", type=int, default=TrainConfig.layers)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--forward-cost", action="store_true", help="time forwards against tokens and fit a line")
     args = parser.parse_args(argv)
+    if args.forward_cost:
+        print_forward_cost(args.repeats)
+        return
 
     shape = TrainConfig(
         hidden_size=args.hidden_size,
