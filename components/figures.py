@@ -484,16 +484,11 @@ def router_figure(trace: Trace) -> go.Figure:
 
 
 def lookahead_counts(trace: Trace) -> dict[str, int]:
-    """Forwards that carried a lookahead, by what became of it (``used``/``discarded``).
-
-    Read from the forward records' ``lookahead`` field where the engine
-    records one; runs without lookahead count nothing.
-    """
+    """Verifications that carried a lookahead, by what became of it (``used``/``discarded``)."""
     counts: dict[str, int] = {}
     for f in trace.forwards:
-        outcome = getattr(f, "lookahead", None)
-        if outcome:
-            counts[outcome] = counts.get(outcome, 0) + 1
+        if f.lookahead:
+            counts[f.lookahead] = counts.get(f.lookahead, 0) + 1
     return counts
 
 
@@ -526,7 +521,7 @@ def cost_figure(runs: dict[str, Trace]) -> go.Figure:
                 go.Bar(
                     x=names,
                     y=counts,
-                    name=f"carried a lookahead, {outcome}",
+                    name=f"verify with lookahead, {outcome}",
                     marker=dict(color=color, pattern=dict(shape="/")),
                     offsetgroup="lookahead",
                     hovertemplate=f"lookahead {outcome}: %{{y}}<extra></extra>",

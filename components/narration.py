@@ -6,9 +6,28 @@ the tests and a saved file all tell the same story.
 
 from __future__ import annotations
 
-from s2d2.trace import ACCEPTED, CARRIED, CONFIDENT, FALLBACK, KEPT, RATIO, RESAMPLED, THRESHOLD, StepRecord, Trace
+from s2d2.trace import (
+    ACCEPTED,
+    CARRIED,
+    CONFIDENT,
+    FALLBACK,
+    KEPT,
+    LOOKAHEAD_DISCARDED,
+    LOOKAHEAD_USED,
+    RATIO,
+    RESAMPLED,
+    THRESHOLD,
+    StepRecord,
+    Trace,
+)
 
 from .palette import display_token
+
+
+LOOKAHEAD_WORDS = {
+    LOOKAHEAD_USED: "; the same verify forward already drafted the next block (lookahead used)",
+    LOOKAHEAD_DISCARDED: "; the next block's draft it carried was thrown away (lookahead discarded)",
+}
 
 
 def forwards_after(trace: Trace) -> list[int]:
@@ -100,6 +119,9 @@ def step_sentence(trace: Trace, index: int, forwards: int) -> str:
             body += ", " + _diffusion_part(trace, [p for p in mine if p.outcome == THRESHOLD], "confidence rule")
     if carried:
         body = f"{quoted(trace, carried[0].committed)} was carried over from the previous forward; " + body
+    for f in step.forwards:
+        if f < len(trace.forwards) and trace.forwards[f].lookahead:
+            body += LOOKAHEAD_WORDS[trace.forwards[f].lookahead]
     for edit in step.edits:
         body += f"; it rewrote {quoted(trace, edit.old)} as {quoted(trace, edit.new)} at position {edit.position}"
     ending = ""

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from s2d2.trace import ACCEPTED, CARRIED, CONFIDENT, FALLBACK, KEPT, RATIO, RESAMPLED, THRESHOLD
+from s2d2.trace import (
+    ACCEPTED,
+    CARRIED,
+    CONFIDENT,
+    FALLBACK,
+    KEPT,
+    LOOKAHEAD_DISCARDED,
+    LOOKAHEAD_USED,
+    RATIO,
+    RESAMPLED,
+    THRESHOLD,
+)
 
 AR = "ar"  # tokens of the autoregressive reference run
 
@@ -30,7 +41,7 @@ OUTCOME_LABELS = {
 }
 DRAFTED = "#e2e8f0"  # drafted this step but not committed
 RUN_COLORS = {"AR": "#64748b", "Baseline": "#3b82f6", "S2D2": "#16a34a"}
-LOOKAHEAD_COLORS = {"used": "#0ea5e9", "discarded": "#cbd5e1"}
+LOOKAHEAD_COLORS = {LOOKAHEAD_USED: "#0ea5e9", LOOKAHEAD_DISCARDED: "#cbd5e1"}
 KIND_COLORS = {"prefill": "#94a3b8", "draft": "#3b82f6", "verify": "#16a34a", "commit": "#f59e0b"}
 
 

@@ -33,7 +33,7 @@ MAX_PROMPT_CHARS = 4000
 BUNDLED = "bundled"
 
 # The dashboard's choices on top of the engine's defaults: greedy exact acceptance,
-# AR-like caching and the always-verify score (SDAR config B's c = 0) at B = 16.
+# AR-like caching, lookahead and the always-verify score (SDAR config B's c = 0) at B = 16.
 DASHBOARD_DEFAULTS = {
     "block_length": 16,
     "threshold": 0.5,
@@ -41,6 +41,7 @@ DASHBOARD_DEFAULTS = {
     "c": 0.0,
     "cache_ver": True,
     "draft_ver": True,
+    "lookahead": True,
     "max_new_tokens": 64,
 }
 # Slider ranges narrower than the engine's bounds (a 1..2²⁰ slider is unusable).

@@ -235,12 +235,14 @@ def test_bad_files_get_a_message_that_names_the_problem(tmp_path, runs):
 def test_cost_figure_shows_lookahead_forwards_when_recorded(runs):
     from components.figures import lookahead_counts
 
-    assert lookahead_counts(runs["S2D2"]) == {}
+    s = runs["S2D2"].summary
+    assert lookahead_counts(runs["S2D2"]) == {k: v for k, v in (("used", s.lookaheads_used), ("discarded", s.lookaheads_discarded)) if v}
+    assert lookahead_counts(runs["AR"]) == {}
     trace = load_bundle(bundle_json({"S2D2": runs["S2D2"]}))["S2D2"]
     for i, f in enumerate(trace.forwards):
         f.lookahead = "used" if i % 2 else "discarded"
     names = [t.name for t in cost_figure({"S2D2": trace}).data]
-    assert "carried a lookahead, used" in names and "carried a lookahead, discarded" in names
+    assert "verify with lookahead, used" in names and "verify with lookahead, discarded" in names
 
 
 def test_stream_yields_partial_traces_then_the_result(tiny_model):
