@@ -163,11 +163,11 @@ def run_shard(
     return results
 
 
-def best_dynamic(summaries: dict, accuracy: float):
-    """The dynamic-threshold setting with the fewest forwards among those at least as accurate."""
+def best_dynamic(summaries: dict, accuracy: float, cost: str = "nfe_per_problem"):
+    """The dynamic-threshold setting cheapest in ``cost`` (forwards or wall time) among those at least as accurate."""
     dynamic = [s for name, s in summaries.items() if name.startswith("dynamic")]
     matched = [s for s in dynamic if s.accuracy >= accuracy]
-    return min(matched, key=lambda s: s.nfe_per_problem) if matched else None
+    return min(matched, key=lambda s: getattr(s, cost)) if matched else None
 
 
 def summarize(grid: dict[str, DecodeConfig], results: list[ProblemResult]) -> list[dict]:
@@ -188,6 +188,9 @@ def summarize(grid: dict[str, DecodeConfig], results: list[ProblemResult]) -> li
         reference = best_dynamic(summaries, s.accuracy)
         row["best_dynamic_at_matched_accuracy"] = reference.method if reference else None
         row["speedup_nfe_vs_best_dynamic"] = reference.nfe_per_problem / s.nfe_per_problem if reference else None
+        fastest = best_dynamic(summaries, s.accuracy, "wall_per_problem")
+        row["fastest_dynamic_at_matched_accuracy"] = fastest.method if fastest else None
+        row["speedup_wall_vs_best_dynamic"] = fastest.wall_per_problem / s.wall_per_problem if fastest else None
         rows.append(row)
     return rows
 
@@ -202,18 +205,21 @@ def table_markdown(rows: list[dict], family_names: list[str]) -> str:
         return "—" if x is None else f"{x:.2f}×"
 
     head = (
-        "| method | " + " | ".join(family_names) + " | avg | NFE / problem | tokens / fwd | wall s / problem "
-        "| speedup vs AR (NFE) | speedup vs AR (wall) | vs best dynamic at ≥ acc. (NFE) | acceptance | verify rate |"
+        "| method | " + " | ".join(family_names) + " | avg | NFE / problem | tokens / fwd | fed / fwd | wall s / problem "
+        "| speedup vs AR (NFE) | speedup vs AR (wall) | vs best dynamic at ≥ acc. (NFE) | (wall) | acceptance "
+        "| verify rate |"
     )
-    lines = [head, "|---|" + "---:|" * (len(family_names) + 9)]
+    lines = [head, "|---|" + "---:|" * (len(family_names) + 11)]
     for r in rows:
         acc = " | ".join(pct(r["accuracy_by_family"].get(f, 0.0)) for f in family_names)
         accept = "—" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}%"
         verify = "—" if r["verify_rate"] is None else f"{100 * r['verify_rate']:.0f}%"
         lines.append(
             f"| {r['method']} | {acc} | {pct(r['accuracy'])} | {r['nfe_per_problem']:.1f} | {r['tokens_per_forward']:.2f} | "
+            f"{r['tokens_fed_per_forward']:.1f} | "
             f"{r['wall_per_problem']:.3f} | {times(r.get('speedup_nfe_vs_ar'))} | {times(r.get('speedup_wall_vs_ar'))} | "
-            f"{times(r['speedup_nfe_vs_best_dynamic'])} | {accept} | {verify} |"
+            f"{times(r['speedup_nfe_vs_best_dynamic'])} | {times(r['speedup_wall_vs_best_dynamic'])} | {accept} | "
+            f"{verify} |"
         )
     return "\n".join(lines)
 

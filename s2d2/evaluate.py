@@ -38,6 +38,9 @@ class ProblemResult:
     drafts_accepted: int
     rejections: int
     output: str
+    tokens_fed: int = 0  # tokens the forwards processed (the per-token part of their cost)
+    lookaheads_used: int = 0
+    lookaheads_discarded: int = 0
 
 
 def run_problem(
@@ -66,6 +69,9 @@ def run_problem(
         drafts_accepted=s.drafts_accepted,
         rejections=s.rejections,
         output=trace.text,
+        tokens_fed=sum(s.tokens_by_kind.values()),
+        lookaheads_used=s.lookaheads_used,
+        lookaheads_discarded=s.lookaheads_discarded,
     )
 
 
@@ -84,6 +90,9 @@ class MethodSummary:
     acceptance_rate: float | None
     mean_accepted_length: float | None
     verify_rate: float | None
+    tokens_fed_per_forward: float = 0.0
+    lookaheads_used_per_problem: float = 0.0
+    lookaheads_discarded_per_problem: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,6 +120,9 @@ def summarize_method(name: str, results: list[ProblemResult]) -> MethodSummary:
         acceptance_rate=accepted / verified if verified else None,
         mean_accepted_length=accepted / verifications if verifications else None,
         verify_rate=verifications / routed if routed else None,
+        tokens_fed_per_forward=sum(r.tokens_fed for r in results) / nfe if nfe else 0.0,
+        lookaheads_used_per_problem=sum(r.lookaheads_used for r in results) / n,
+        lookaheads_discarded_per_problem=sum(r.lookaheads_discarded for r in results) / n,
     )
 
 
