@@ -127,6 +127,20 @@ def _value(s: Setting, value):
     return " ".join(map(str, value)) if s.kind is tuple and value is not None else value
 
 
+def _by_group() -> dict[str, list[Setting]]:
+    by_group: dict[str, list[Setting]] = {}
+    for s in panel_settings():
+        by_group.setdefault(s.group, []).append(s)
+    return by_group
+
+
+def panel_order() -> list[str]:
+    """The settings' names in the order the panel lays out (and the page sends) them."""
+    by_group = _by_group()
+    order = [BASELINE_RULE[0]] + [s.name for group, _ in SECTIONS for s in by_group.get(group, [])]
+    return order + [s.name for g, items in by_group.items() if g not in dict(SECTIONS) for s in items]
+
+
 def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
     """Preset picker and one control per setting; the ``advanced`` group sits in its own accordion."""
     start = defaults()
@@ -139,9 +153,7 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
         elem_id="preset",
     )
     panel = SettingsPanel()
-    by_group: dict[str, list[Setting]] = {}
-    for s in panel_settings():
-        by_group.setdefault(s.group, []).append(s)
+    by_group = _by_group()
     with gr.Row(equal_height=False, elem_classes=["settings-row"]):
         for group, title in SECTIONS:
             with gr.Column(min_width=240):
@@ -170,7 +182,7 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
 
 def apply_preset(name: str) -> list:
     """Settings updates for a preset (``custom`` changes nothing, ``defaults`` restores the dashboard's)."""
-    names = [BASELINE_RULE[0]] + [s.name for s in panel_settings()]
+    names = panel_order()
     if name == "custom" or (name not in PRESETS and name != "defaults"):
         return [gr.update() for _ in names]
     values = defaults() if name == "defaults" else preset_values(name)
@@ -310,8 +322,7 @@ def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = No
     keep = [gr.update()] * RESULT_SLOTS
     try:
         prompt = check_prompt(prompt)
-        panel = [BASELINE_RULE[0]] + [s.name for s in panel_settings()]
-        configs = build_configs(resolve(given=dict(zip(panel, values))))
+        configs = build_configs(resolve(given=dict(zip(panel_order(), values))))
         lines: list[str] = []
         model = MODELS.get(model_id, announce=lines.append)
         shown: dict[str, Trace] = {}

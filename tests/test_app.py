@@ -88,7 +88,18 @@ def test_mcp_lists_the_two_tools(app_url):
 def page_values(**changes) -> list:
     """The settings panel's values in its order, as the page sends them."""
     values = {**defaults(), **changes}
-    return [" ".join(map(str, v)) if isinstance(v, tuple) else v for v in values.values()]
+    return [" ".join(map(str, v)) if isinstance(v, tuple) else v for v in (values[n] for n in ui.panel_order())]
+
+
+def test_panel_controls_presets_and_handlers_share_one_order():
+    import gradio as gr
+
+    with gr.Blocks():
+        _, panel = ui.settings_panel()
+    assert panel.names() == ui.panel_order()
+    updates = dict(zip(ui.panel_order(), ui.apply_preset("sdar-a")))
+    assert updates["block_length"]["value"] == 4 and updates["threshold"]["value"] == 0.85
+    assert updates["seed"] == gr.update(), "a preset keeps the sampling settings"
 
 
 def final(generator) -> list:
