@@ -12,6 +12,7 @@ import sys
 from .config import PRESETS, DecodeConfig, config_from_settings
 from .settings import add_arguments, settings_from_args
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m s2d2", description="Block-diffusion decoding with S2D2.")
     commands = parser.add_subparsers(dest="command", required=True)

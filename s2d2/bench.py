@@ -72,7 +72,9 @@ def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
         routers = {
             f"S2D2 B={B} score c=1": preset_config("sdar-a", **layout),
             f"S2D2 B={B} always (c=0)": preset_config("sdar-b", **layout),
-            f"S2D2 B={B} always, greedy acceptance": preset_config("sdar-b", **layout, verify=dict(acceptance="greedy")),
+            f"S2D2 B={B} always, greedy acceptance": preset_config(
+                "sdar-b", **layout, verify=dict(acceptance="greedy")
+            ),
             f"S2D2 B={B} hysteresis": preset_config("hysteresis", **layout),
             f"S2D2 B={B} min span {B // 2}": preset_config("min-span", **layout, verify=dict(tau_span=B // 2)),
         }
@@ -205,7 +207,9 @@ def table_markdown(rows: list[dict], family_names: list[str]) -> str:
         return "—" if x is None else f"{x:.2f}×"
 
     head = (
-        "| method | " + " | ".join(family_names) + " | avg | NFE / problem | tokens / fwd | fed / fwd | wall s / problem "
+        "| method | "
+        + " | ".join(family_names)
+        + " | avg | NFE / problem | tokens / fwd | fed / fwd | wall s / problem "
         "| speedup vs AR (NFE) | speedup vs AR (wall) | vs best dynamic at ≥ acc. (NFE) | (wall) | acceptance "
         "| verify rate |"
     )
@@ -345,7 +349,9 @@ def main(argv=None) -> None:
     }
     rows = write_outputs(out, grid, merged, meta, family_names)
     print(table_markdown(rows, family_names))
-    print(f"\nwrote {out}/runs.csv, summary.json and table.md; draw the frontiers with python -m components.benchmarks {out}")
+    print(
+        f"\nwrote {out}/runs.csv, summary.json and table.md; draw the frontiers with python -m components.benchmarks {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from .acceptance import ACCEPTANCE_MODES
-from .fields import check_choice, check_declared, setting
+from .fields import check_declared, setting
 from .policies import ESTIMATORS, POLICIES, SCORE_TYPES
 from .sampling import SamplingConfig
 
@@ -30,56 +30,109 @@ class VerifyConfig:
     ``T = 1``, static score with ``c = 1`` and ``τ_score = 0``.
     """
 
-    policy: str = setting("score", "Routing policy", "when a verification is worth a forward", choices=POLICIES,
-                          group="verifier")
+    policy: str = setting(
+        "score", "Routing policy", "when a verification is worth a forward", choices=POLICIES, group="verifier"
+    )
     acceptance: str = setting(
-        "stochastic", "Acceptance",
+        "stochastic",
+        "Acceptance",
         "stochastic: accept with min(1, (q/p)^γ) as in the paper; greedy: accept iff the draft is the AR argmax (exact)",
-        choices=ACCEPTANCE_MODES, group="verifier")
-    estimator: str = setting("soft_entropy_negexp", "Acceptance estimator",
-                             "how the router guesses α_i, the chance a draft is accepted", choices=ESTIMATORS,
-                             group="verifier")
-    entropy_temperature: float = setting(1.0, "Entropy temperature T", "soft_entropy_negexp: α = exp(−T·H/log V)",
-                                         minimum=1e-6, group="advanced")
-    margin: float = setting(0.05, "Margin m", "hard_margin: α = 1[top1 − top2 > m]", minimum=0.0, maximum=1.0,
-                            group="advanced")
-    margin_coef: float = setting(1.0, "Margin coefficient", "soft_clipped_linear_margin: α = clip(k·(top1 − top2))",
-                                 minimum=0.0, group="advanced")
-    confidence_power: float = setting(0.8, "Confidence power k", "soft_confidence: α = p(x)^k", minimum=1e-6,
-                                      group="advanced")
-    entropy_threshold: float = setting(0.1, "Entropy threshold", "hard_entropy_threshold: α = 1[H/log V < threshold]",
-                                       minimum=0.0, maximum=1.0, group="advanced")
-    score: str = setting("static", "Score", "static: s = E[K] − c; dynamic: s = E[K] − c·n_high", choices=SCORE_TYPES,
-                         group="verifier")
+        choices=ACCEPTANCE_MODES,
+        group="verifier",
+    )
+    estimator: str = setting(
+        "soft_entropy_negexp",
+        "Acceptance estimator",
+        "how the router guesses α_i, the chance a draft is accepted",
+        choices=ESTIMATORS,
+        group="verifier",
+    )
+    entropy_temperature: float = setting(
+        1.0, "Entropy temperature T", "soft_entropy_negexp: α = exp(−T·H/log V)", minimum=1e-6, group="advanced"
+    )
+    margin: float = setting(
+        0.05, "Margin m", "hard_margin: α = 1[top1 − top2 > m]", minimum=0.0, maximum=1.0, group="advanced"
+    )
+    margin_coef: float = setting(
+        1.0,
+        "Margin coefficient",
+        "soft_clipped_linear_margin: α = clip(k·(top1 − top2))",
+        minimum=0.0,
+        group="advanced",
+    )
+    confidence_power: float = setting(
+        0.8, "Confidence power k", "soft_confidence: α = p(x)^k", minimum=1e-6, group="advanced"
+    )
+    entropy_threshold: float = setting(
+        0.1,
+        "Entropy threshold",
+        "hard_entropy_threshold: α = 1[H/log V < threshold]",
+        minimum=0.0,
+        maximum=1.0,
+        group="advanced",
+    )
+    score: str = setting(
+        "static", "Score", "static: s = E[K] − c; dynamic: s = E[K] − c·n_high", choices=SCORE_TYPES, group="verifier"
+    )
     c: float = setting(1.0, "c (penalty)", "the score's penalty coefficient", group="verifier")
     tau_score: float = setting(0.0, "τ_score", "score policy: verify iff s ≥ τ_score", group="verifier")
-    tau_on: float = setting(1.0, "τ_on", "hysteresis: OFF→ON when s > τ_on (strict, as in the official experiments)",
-                            group="verifier")
+    tau_on: float = setting(
+        1.0, "τ_on", "hysteresis: OFF→ON when s > τ_on (strict, as in the official experiments)", group="verifier"
+    )
     tau_off: float = setting(-5.0, "τ_off", "hysteresis: ON→OFF when s < τ_off", group="verifier")
-    tau_span: int = setting(1, "τ_span (minimum span)", "min_span policy: verify iff the span has ≥ τ_span masks",
-                            minimum=1, maximum=1024, group="verifier")
+    tau_span: int = setting(
+        1,
+        "τ_span (minimum span)",
+        "min_span policy: verify iff the span has ≥ τ_span masks",
+        minimum=1,
+        maximum=1024,
+        group="verifier",
+    )
     ucb_beta: float = setting(1.0, "UCB β", "exploration bonus of the UCB router", minimum=0.0, group="advanced")
-    ucb_bins: tuple[int, int, int] = setting((2, 2, 2), "UCB bins", "bins for span length, block progress, entropy",
-                                             group="advanced")
-    ucb_entropy_source: str = setting("span", "UCB entropy source",
-                                      "the UCB context's entropy: of the span, or of every masked position",
-                                      choices=UCB_ENTROPY_SOURCES, group="advanced")
+    ucb_bins: tuple[int, int, int] = setting(
+        (2, 2, 2), "UCB bins", "bins for span length, block progress, entropy", group="advanced"
+    )
+    ucb_entropy_source: str = setting(
+        "span",
+        "UCB entropy source",
+        "the UCB context's entropy: of the span, or of every masked position",
+        choices=UCB_ENTROPY_SOURCES,
+        group="advanced",
+    )
     allow_resample: bool = setting(
-        True, "Resample on rejection",
+        True,
+        "Resample on rejection",
         "off: a rejected draft is not replaced by a (q − p)+ sample (the span's own draft is committed, or, "
-        "for Fast-dLLM v2, the diffusion rule decides)", group="advanced")
-    ratio_tempering: float = setting(1.0, "Ratio tempering γ",
-                                     "accept with min(1, (q/p)^γ); γ < 1 accepts more (no longer exact)",
-                                     minimum=0.0, maximum=10.0, group="advanced")
+        "for Fast-dLLM v2, the diffusion rule decides)",
+        group="advanced",
+    )
+    ratio_tempering: float = setting(
+        1.0,
+        "Ratio tempering γ",
+        "accept with min(1, (q/p)^γ); γ < 1 accepts more (no longer exact)",
+        minimum=0.0,
+        maximum=10.0,
+        group="advanced",
+    )
     ratio_threshold: float | None = setting(
-        None, "Ratio threshold", "also commit drafts after the first rejection whose q/p ratio reaches this (empty = off)",
-        minimum=0.0, group="advanced")
-    threshold_all_spans: bool = setting(False, "Ratio threshold on all spans",
-                                        "apply the ratio threshold to every masked position of the block, not just the span",
-                                        group="advanced")
+        None,
+        "Ratio threshold",
+        "also commit drafts after the first rejection whose q/p ratio reaches this (empty = off)",
+        minimum=0.0,
+        group="advanced",
+    )
+    threshold_all_spans: bool = setting(
+        False,
+        "Ratio threshold on all spans",
+        "apply the ratio threshold to every masked position of the block, not just the span",
+        group="advanced",
+    )
     always_check_high_confidence: bool = setting(
-        False, "Commit confident drafts outside the span",
-        "after verifying, also commit every remaining draft whose confidence exceeds τ", group="advanced")
+        False,
+        "Commit confident drafts outside the span",
+        "after verifying, also commit every remaining draft whose confidence exceeds τ",
+        group="advanced",
+    )
 
     def __post_init__(self) -> None:
         check_declared(self)
@@ -113,43 +166,96 @@ class DecodeConfig:
     """
 
     method: str = setting("s2d2", "Method", "ar, a diffusion baseline, or S2D2", choices=METHODS, group="method")
-    block_length: int = setting(4, "Block length B", "tokens per block (the unit of the KV cache)", minimum=1,
-                                maximum=1024, step=1)
+    block_length: int = setting(
+        4, "Block length B", "tokens per block (the unit of the KV cache)", minimum=1, maximum=1024, step=1
+    )
     sub_block_length: int | None = setting(
-        None, "Sub-block length", "decode blocks in sub-blocks of this size (Fast-dLLM v2); empty = the whole block",
-        minimum=1, maximum=1024, step=1)
-    steps: int | None = setting(None, "Steps per (sub-)block",
-                                "denoising steps; the static rule commits B / steps tokens per step (empty = B)",
-                                minimum=1, maximum=1024, step=1)
-    threshold: float = setting(0.9, "Confidence threshold τ", "dynamic rule: commit every draft with confidence > τ",
-                               minimum=0.0, maximum=1.0, step=0.05)
-    eb_threshold: float = setting(0.35, "Entropy budget", "entropy_bounded rule: commit the least uncertain drafts "
-                                  "while their summed entropy stays within this budget", minimum=0.0, step=0.05)
-    s2d2_rule: str = setting("dynamic", "S2D2 diffusion rule", "what S2D2 commits when it skips verification",
-                             choices=COMMIT_RULES, group="method")
-    max_new_tokens: int = setting(128, "Max new tokens", "generation budget", minimum=1, maximum=1 << 20, step=8,
-                                  group="sampling")
+        None,
+        "Sub-block length",
+        "decode blocks in sub-blocks of this size (Fast-dLLM v2); empty = the whole block",
+        minimum=1,
+        maximum=1024,
+        step=1,
+    )
+    steps: int | None = setting(
+        None,
+        "Steps per (sub-)block",
+        "denoising steps; the static rule commits B / steps tokens per step (empty = B)",
+        minimum=1,
+        maximum=1024,
+        step=1,
+    )
+    threshold: float = setting(
+        0.9,
+        "Confidence threshold τ",
+        "dynamic rule: commit every draft with confidence > τ",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.05,
+    )
+    eb_threshold: float = setting(
+        0.35,
+        "Entropy budget",
+        "entropy_bounded rule: commit the least uncertain drafts while their summed entropy stays within this budget",
+        minimum=0.0,
+        step=0.05,
+    )
+    s2d2_rule: str = setting(
+        "dynamic",
+        "S2D2 diffusion rule",
+        "what S2D2 commits when it skips verification",
+        choices=COMMIT_RULES,
+        group="method",
+    )
+    max_new_tokens: int = setting(
+        128, "Max new tokens", "generation budget", minimum=1, maximum=1 << 20, step=8, group="sampling"
+    )
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
-    cache_ver: bool = setting(False, "cache_ver (causal KV)", "store committed blocks with a causal mask (AR-like)",
-                              group="verifier")
-    draft_ver: bool = setting(False, "draft_ver", "committed rows of the current block attend causally while drafting",
-                              group="verifier")
+    cache_ver: bool = setting(
+        False, "cache_ver (causal KV)", "store committed blocks with a causal mask (AR-like)", group="verifier"
+    )
+    draft_ver: bool = setting(
+        False, "draft_ver", "committed rows of the current block attend causally while drafting", group="verifier"
+    )
     lookahead: bool = setting(
-        False, "Lookahead",
+        False,
+        "Lookahead",
         "a verification that may finish the block also carries its commit and the next block's first draft: "
         "used when everything is accepted, discarded otherwise (same outputs, fewer forwards; off under official "
-        "accounting)", group="verifier")
-    accounting: str = setting("fused", "Forward accounting",
-                              "fused: commits ride on the next forward; official: the official code's forwards and stops",
-                              choices=ACCOUNTINGS, group="advanced")
+        "accounting)",
+        group="verifier",
+    )
+    lookahead_threshold: float = setting(
+        0.0,
+        "Lookahead threshold",
+        "carry a lookahead only when the router's estimate that the whole span is accepted (Π α_i) reaches this: "
+        "where a token costs much (a CPU) a discarded lookahead wastes B tokens; 0 = always",
+        minimum=0.0,
+        maximum=1.0,
+        step=0.05,
+        group="advanced",
+    )
+    accounting: str = setting(
+        "fused",
+        "Forward accounting",
+        "fused: commits ride on the next forward; official: the official code's forwards and stops",
+        choices=ACCOUNTINGS,
+        group="advanced",
+    )
     edit_threshold: float | None = setting(
-        None, "Edit threshold τ_edit", "LLaDA2.x: rewrite a committed token when a later draft is this confident "
-        "(empty = no editing)", minimum=0.0, maximum=1.0)
-    max_post_steps: int = setting(0, "Post-edit steps", "editing-only passes after a block is full", minimum=0,
-                                  maximum=1024, group="advanced")
-    seed: int = setting(0, "Seed", "random seed (sampling and stochastic acceptance)", minimum=0, maximum=2**63 - 1,
-                        group="sampling")
+        None,
+        "Edit threshold τ_edit",
+        "LLaDA2.x: rewrite a committed token when a later draft is this confident (empty = no editing)",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    max_post_steps: int = setting(
+        0, "Post-edit steps", "editing-only passes after a block is full", minimum=0, maximum=1024, group="advanced"
+    )
+    seed: int = setting(
+        0, "Seed", "random seed (sampling and stochastic acceptance)", minimum=0, maximum=2**63 - 1, group="sampling"
+    )
 
     def __post_init__(self) -> None:
         check_declared(self)
@@ -166,8 +272,10 @@ class DecodeConfig:
             # The official codes spend the forwards a lookahead saves; like AR's block settings, it is normalised.
             object.__setattr__(self, "lookahead", False)
         if self.lookahead and self.edit_threshold is not None:
-            raise ValueError("lookahead cannot carry the draft rows of committed tokens that editing reads; "
-                             "turn off lookahead or edit_threshold")
+            raise ValueError(
+                "lookahead cannot carry the draft rows of committed tokens that editing reads; "
+                "turn off lookahead or edit_threshold"
+            )
         if self.steps is None:
             object.__setattr__(self, "steps", self.sub_block_length)
         if not 1 <= self.steps <= self.sub_block_length:
@@ -366,4 +474,6 @@ def config_from_settings(preset: str | None = None, **settings) -> DecodeConfig:
     if preset is not None:
         return preset_config(preset, **flat, **{k: v for k, v in grouped.items() if v})
     # From the declarations, not from a built default: derived fields (sub-block, steps) must stay unset.
-    return DecodeConfig(verify=VerifyConfig(**grouped["verify"]), sampling=SamplingConfig(**grouped["sampling"]), **flat)
+    return DecodeConfig(
+        verify=VerifyConfig(**grouped["verify"]), sampling=SamplingConfig(**grouped["sampling"]), **flat
+    )

@@ -477,11 +477,13 @@ class Decoder:
         """One S2D2 step over the ``candidates`` (the current sub-block's masks)."""
         v = self.config.verify
         span = first_masked_span(candidates)
-        route = self.policy.decide(self._route_context(draft, block, candidates, span))
+        context = self._route_context(draft, block, candidates, span)
+        route = self.policy.decide(context)
         verification = None
         commits: Commits = {}
         if route.verify and span is not None:
-            verification = self._verify_span(session, block, draft, candidates, span, window_end)
+            carry = context.all_accepted >= self.config.lookahead_threshold
+            verification = self._verify_span(session, block, draft, candidates, span, window_end, carry)
             commits = dict(verification.commits)
         if v.always_check_high_confidence:
             threshold = self.config.threshold
@@ -508,7 +510,7 @@ class Decoder:
         span_start, span_length = span
         rows = slice(span_start, span_start + span_length)
         alpha = acceptance_estimate(draft.probs[rows], draft.confidence[rows], cfg.verify)
-        stats = [expected_accepted_length(alpha)]
+        stats = [expected_accepted_length(alpha), alpha.clamp(0, 1).prod()]
         if cfg.verify.policy == "ucb":
             if cfg.verify.ucb_entropy_source == "masked":
                 index = torch.tensor([i for i, c in enumerate(candidates) if c], device=self.device)
@@ -524,7 +526,8 @@ class Decoder:
             block_progress=progress,
             expected_accepted=values[0],
             n_high=n_high,
-            mean_entropy=values[1] if len(values) > 1 else 0.0,
+            mean_entropy=values[2] if len(values) > 2 else 0.0,
+            all_accepted=values[1],
         )
 
     def _lookahead_plan(self, block: BlockState, span: tuple[int, int], window_end: int) -> Lookahead | None:
@@ -557,6 +560,7 @@ class Decoder:
         candidates: list[bool],
         span: tuple[int, int],
         window_end: int,
+        carry_lookahead: bool,
     ) -> Verification:
         """One verifier forward over the span, then accept or resample.
 
@@ -573,7 +577,7 @@ class Decoder:
         if v.ratio_threshold is not None and v.threshold_all_spans:
             reach = max(i for i, c in enumerate(candidates) if c) - start + 1
         drafted = torch.where(block.tokens == self.model.mask_token_id, draft.tokens, block.tokens)
-        plan = self._lookahead_plan(block, span, window_end) if reach == length else None
+        plan = self._lookahead_plan(block, span, window_end) if reach == length and carry_lookahead else None
         verified = self.model.verify(session, drafted, start, reach, keep_prefix=self.incremental, lookahead=plan)
         q = logits_to_probs(verified.logits, self.config.sampling)
         rows = slice(start, start + length)

@@ -78,7 +78,8 @@ class RouteContext:
     masked: the score is then ``-inf`` (hysteresis turns OFF), as in the
     official code. ``block_progress`` is the share of the (sub-)block decoded
     in this block so far (tokens committed here over its length, the official
-    definition); ``mean_entropy`` is the UCB context's entropy.
+    definition); ``mean_entropy`` is the UCB context's entropy; ``all_accepted``
+    decides whether a verification carries a lookahead.
     """
 
     span_start: int
@@ -88,6 +89,7 @@ class RouteContext:
     expected_accepted: float
     n_high: int
     mean_entropy: float
+    all_accepted: float = 0.0  # Π α_i: the estimate that every draft of the span is accepted
 
 
 class Policy(ABC):

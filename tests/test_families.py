@@ -30,6 +30,7 @@ from s2d2.tokenizer import EOS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 def stock_logits(model, ids: list[int]) -> torch.Tensor:
     """Logits of one uncached causal forward of the stock network (its own default mask)."""
     with torch.no_grad():
@@ -92,7 +93,6 @@ def test_llada2_checkpoint_the_stock_class_cannot_express_is_refused(family_path
 
 def test_llada2_weights_land_on_the_stock_parameters(family_paths, family_models):
     """Fused q/k/v rows split in order, experts stacked as [gate | up], router bias renamed."""
-    from safetensors.torch import load_file
 
     published = load_file(str(Path(family_paths["llada2"]) / "model.safetensors"))
     layer = family_models["llada2"].model.model.layers[1]

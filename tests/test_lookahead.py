@@ -172,3 +172,16 @@ def test_lookahead_mask_keeps_the_verifier_blind_to_the_extra_rows():
     assert torch.equal(allowed[verifier, verifier], masks.verifier_mask(3, 1, 3))
     assert allowed[10:, :4].all() and allowed[10:, 10:].all() and not allowed[10:, 4:10].any()
     assert allowed[:4, :4].all() and not allowed[:4, 4:].any()
+
+
+def test_lookahead_threshold_carries_fewer_lookaheads_and_changes_no_output(tiny_model):
+    carried = {}
+    for threshold in (0.0, 0.5):
+        config = DecodeConfig(**SDAR_LIKE, verify=GREEDY_EXACT, lookahead=True, lookahead_threshold=threshold)
+        traces = [generate(tiny_model, p, config) for p in random_prompts(tiny_model, 4, seed=51)]
+        carried[threshold] = (
+            sum(f.lookahead is not None for t in traces for f in t.forwards),
+            [t.output_ids for t in traces],
+        )
+    assert carried[0.5][1] == carried[0.0][1]
+    assert carried[0.5][0] < carried[0.0][0]

@@ -43,7 +43,10 @@ class PositionAlignedModel(BlockDiffusionModel):
         parts = [block] if commit_length else []
         parts += [block[cached:first_end], queries]
         offsets = [torch.arange(commit_length, device=self.device) - cached]
-        offsets += [torch.arange(prefix_length, device=self.device), span_start - cached + torch.arange(span_length, device=self.device)]
+        offsets += [
+            torch.arange(prefix_length, device=self.device),
+            span_start - cached + torch.arange(span_length, device=self.device),
+        ]
         if extra:
             parts.append(torch.full((extra,), self.mask_token_id, dtype=block.dtype, device=block.device))
             offsets.append(lookahead.start - cached + torch.arange(extra, device=self.device))

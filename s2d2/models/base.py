@@ -217,7 +217,7 @@ class BlockDiffusionModel(ABC):
         """Block sizes the checkpoint was trained with, when its config says."""
         return tuple(config.get("block_lengths") or ())
 
-    @classmethod
+    @classmethod  # noqa: B027 - an optional hook: most families need nothing
     def prepare_loading(cls) -> None:
         """Anything to register before ``from_pretrained`` (a weight conversion, say)."""
 
@@ -306,7 +306,9 @@ class BlockDiffusionModel(ABC):
         if keep and verified.next_row is not None:
             session.next_row = verified.next_row
 
-    def commit_forward(self, session: KVSession, block: torch.Tensor, causal: bool, causal_prefix: int = 0) -> torch.Tensor:
+    def commit_forward(
+        self, session: KVSession, block: torch.Tensor, causal: bool, causal_prefix: int = 0
+    ) -> torch.Tensor:
         """Store ``block``'s KV on its own, causally or bidirectionally (its first
         ``causal_prefix`` rows causal); returns the last position's logit row."""
         n = block.shape[0]

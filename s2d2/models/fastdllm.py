@@ -95,7 +95,9 @@ class FastDLLMModel(BlockDiffusionModel):
         rows = [session.next_row[None]] if span_start == 0 else []
         if wanted > 0:
             causal = masks.causal(fed, self.device)
-            rows.append(self._forward(session, "verify", block[:fed], self._positions(session, fed), causal, None, wanted))
+            rows.append(
+                self._forward(session, "verify", block[:fed], self._positions(session, fed), causal, None, wanted)
+            )
         logits, next_row = torch.cat(rows), None
         if commit:
             logits, next_row = logits[:-1], logits[-1]
