@@ -237,11 +237,13 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     shown = replay_steps(steps)
     fig.update_layout(
         sliders=[_replay_slider(shown)],
-        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left", font=dict(size=11)),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left", font=dict(size=11)),
         meta={"s2d2": _replay_meta(trace, run, shown)},
     )
-    height = 70 + grid_height + 220
-    return _layout(fig, title, height)
+    height = 70 + grid_height + 250
+    # Room above the plot for a legend that wraps onto two or three lines on a phone.
+    fig = _layout(fig, title, height)
+    return fig.update_layout(margin=dict(t=100), title=dict(y=1.0, yref="container", yanchor="top", pad=dict(t=8)))
 
 
 def replay_steps(steps: int) -> list[int]:

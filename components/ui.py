@@ -101,7 +101,7 @@ def _control(s: Setting, value):
         return gr.Slider(s.minimum, high, value=value, step=step, label=label, info=info, elem_id=f"set-{s.name}")
     return gr.Number(
         value=value,
-        label=label + (" (empty = off)" if s.optional else ""),
+        label=label,
         info=info,
         precision=0 if s.kind is int else None,
         minimum=s.minimum,
