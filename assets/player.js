@@ -57,7 +57,7 @@
       const m = meta(div);
       if (div._s2d2Meta === m) continue;
       div._s2d2Meta = m;
-      div._s2d2Index = m.steps.length - 1;
+      div._s2d2Index = div._s2d2Target = m.steps.length - 1;
       stop(m.run);
       window.Plotly.deleteFrames(div).then(() => window.Plotly.addFrames(div, m.frames));
       if (!div._s2d2Listening) {
@@ -82,6 +82,8 @@
   }
 
   function go(div, index) {
+    // Remember what was asked: re-asking before the last animation ends would restart it forever.
+    div._s2d2Target = index;
     return window.Plotly.animate(div, [String(meta(div).steps[index])], MOVE);
   }
 
@@ -123,7 +125,7 @@
         const m = meta(div);
         let index = 0;
         m.forwards.forEach((spent, i) => { if (spent <= f) index = i; });
-        if (index !== div._s2d2Index) go(div, index);
+        if (index !== div._s2d2Target) go(div, index);
         if (m.forwards[m.forwards.length - 1] <= f) done.push(m.run);
       }
       if (line) line.textContent = `forward ${f} of ${total}` + (done.length ? ` · finished: ${done.join(", ")}` : "");
