@@ -9,7 +9,8 @@
      and the residual-energy outline follow. */
   const STEP_MS = 350;      // per-trajectory Play: about 3 steps per second
   const FORWARD_MS = 250;   // lockstep: about 4 forwards per second
-  const MOVE = { mode: "immediate", frame: { duration: 300, redraw: true }, transition: { duration: 250, easing: "cubic-in-out" } };
+  // Heatmaps cannot be tweened: a transition only blanks the figure until it ends, so frames switch at once.
+  const MOVE = { mode: "immediate", frame: { duration: 300, redraw: true }, transition: { duration: 0 } };
   const timers = {};
   let clock = null;
 
