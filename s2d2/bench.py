@@ -165,6 +165,14 @@ def run_shard(
     return results
 
 
+def exchange(results: list[ProblemResult], shards: Path, tag: str, parallel) -> list[ProblemResult]:
+    """Every process's results, in rank order: each writes its shard, waits for the others, reads them all."""
+    rank, world, barrier = parallel
+    (shards / f"{tag}{rank}.json").write_text(json.dumps([asdict(r) for r in results]))
+    barrier()
+    return [ProblemResult(**r) for i in range(world) for r in json.loads((shards / f"{tag}{i}.json").read_text())]
+
+
 def best_dynamic(summaries: dict, accuracy: float, cost: str = "nfe_per_problem"):
     """The dynamic-threshold setting cheapest in ``cost`` (forwards or wall time) among those at least as accurate."""
     dynamic = [s for name, s in summaries.items() if name.startswith("dynamic")]
@@ -246,7 +254,7 @@ def tune(model, args, family_names: list[str], test: list, out: Path, parallel) 
     """Search the routers on the development split; returns the chosen router per block size (stochastic
     acceptance, as tuned, and its exact greedy-acceptance twin) for the test grid. Every process reads all
     shards and chooses the same, so the test grid is the same everywhere; rank 0 writes ``tuning.json``."""
-    rank, world, barrier = parallel
+    rank, world, _ = parallel
     dev = development_problems(args.dev_problems, family_names, test)
     candidates = {"AR": DecodeConfig(method="ar", max_new_tokens=args.max_new_tokens)}
     for B in (4, 16):
@@ -254,10 +262,7 @@ def tune(model, args, family_names: list[str], test: list, out: Path, parallel) 
     bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"tune[{rank}/{world}]", position=rank)
     results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
     bar.close()
-    shards = out / "shards"
-    (shards / f"tune{rank}.json").write_text(json.dumps([asdict(r) for r in results]))
-    barrier()
-    merged = [ProblemResult(**r) for i in range(world) for r in json.loads((shards / f"tune{i}.json").read_text())]
+    merged = exchange(results, out / "shards", "tune", parallel)
     rows = summarize(candidates, merged)
     ar = next(r for r in rows if r["method"] == "AR")
     chosen, tuned = {}, {}
@@ -328,11 +333,9 @@ def main(argv=None) -> None:
     bar = progress_bar(total, f"bench[{rank}/{world}]", position=rank)
     results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1))
     bar.close()
-    (shards / f"rank{rank}.json").write_text(json.dumps([asdict(r) for r in results]))
-    barrier()
+    merged = exchange(results, shards, "rank", (rank, world, barrier))
     if rank != 0:
         return
-    merged = [ProblemResult(**r) for i in range(world) for r in json.loads((shards / f"rank{i}.json").read_text())]
     meta = {
         "model": args.model,
         "model_name": model.name,

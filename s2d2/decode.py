@@ -360,7 +360,8 @@ class Decoder:
         self._begin(block, 0)
         probs = logits_to_probs(session.next_row[None], self.config.sampling)
         token = sample(probs, self.generator, self.config.sampling.greedy)
-        token_id, p = int(token), float(probs[0, token])
+        token_id, p = torch.stack([token[0].double(), probs[0, token[0]].double()]).tolist()  # one host sync
+        token_id = int(token_id)
         block.write({0: token_id})
         block.decoded += 1
         position = tr.PositionRecord(block.offset, token_id, p, outcome=tr.CARRIED, committed=token_id)

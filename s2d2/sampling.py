@@ -19,11 +19,19 @@ from .fields import check_declared, setting
 class SamplingConfig:
     """How tokens are drawn from a distribution. ``temperature == 0`` is greedy."""
 
-    temperature: float = setting(0.0, "Temperature", "0 = greedy drafts (argmax)", minimum=0.0, maximum=10.0,
-                                 step=0.05, group="sampling")
+    temperature: float = setting(
+        0.0, "Temperature", "0 = greedy drafts (argmax)", minimum=0.0, maximum=10.0, step=0.05, group="sampling"
+    )
     top_k: int = setting(0, "Top-k", "keep the k most likely tokens (0 = off)", minimum=0, group="sampling")
-    top_p: float = setting(1.0, "Top-p", "keep the smallest set of tokens reaching this mass", minimum=1e-6,
-                           maximum=1.0, step=0.05, group="sampling")
+    top_p: float = setting(
+        1.0,
+        "Top-p",
+        "keep the smallest set of tokens reaching this mass",
+        minimum=1e-6,
+        maximum=1.0,
+        step=0.05,
+        group="sampling",
+    )
 
     def __post_init__(self) -> None:
         check_declared(self)

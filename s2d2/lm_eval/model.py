@@ -23,7 +23,6 @@ results.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import types
 import typing
@@ -37,6 +36,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, load_model
+from ..settings import SETTINGS
 from .loglik import Scored, ar_logprobs
 
 log = logging.getLogger(__name__)
@@ -48,17 +48,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def setting_types() -> dict[str, object]:
-    """Every flat setting name and its annotated type: DecodeConfig's fields, with
-    each dataclass-typed field (a nested section) replaced by that section's fields."""
-    found: dict[str, object] = {}
-    hints = typing.get_type_hints(DecodeConfig)
-    for f in dataclasses.fields(DecodeConfig):
-        if dataclasses.is_dataclass(hints[f.name]):
-            section = typing.get_type_hints(hints[f.name])
-            found.update({g.name: section[g.name] for g in dataclasses.fields(hints[f.name])})
-        else:
-            found[f.name] = hints[f.name]
-    return found
+    """Every flat setting name and its type, from the settings table (optional ones admit ``None``)."""
+    return {s.name: s.kind | None if s.optional else s.kind for s in SETTINGS}
 
 
 def _parse_as(name: str, value, kind):
