@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from transformers import AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
 from . import masks
@@ -72,6 +73,8 @@ class TrainConfig:
     eval_problems: int = 50
     checkpoint_every: int = 250
     stop_after: int = 0  # end the run at this step (0: at --steps); the schedule still follows --steps
+    batch_by_family: bool = False  # one family per batch (less padding); the bundled model's first runs mixed them
+    init_from: str = ""  # start from this checkpoint's weights and tokenizer (fresh optimizer and schedule)
 
 
 class ProblemStream:
@@ -84,11 +87,26 @@ class ProblemStream:
         self.rng = random.Random(f"train-stream:{seed}")
 
     def __next__(self) -> tuple[str, str]:
-        family = self.families[self.rng.choices(self.names, self.weights)[0]]
+        return self.draw(self.rng.choices(self.names, self.weights)[0])
+
+    def draw(self, name: str) -> tuple[str, str]:
+        family = self.families[name]
         while True:
             problem = family.sample(self.rng)
             if split_of(problem.key) == "train":
                 return problem.prompt, problem.reference
+
+    def batch(self, size: int, by_family: bool) -> list[tuple[str, str]]:
+        """``size`` texts, each of a family drawn by weight, or all of one drawn family.
+
+        One family per batch pads every sequence only to its own family's
+        length: a team problem is half as long as a word problem, so a mixed
+        batch spends most of its team rows' compute on padding.
+        """
+        if not by_family:
+            return [next(self) for _ in range(size)]
+        name = self.rng.choices(self.names, self.weights)[0]
+        return [self.draw(name) for _ in range(size)]
 
 
 def build_tokenizer(cfg: TrainConfig):
@@ -211,15 +229,27 @@ def save_checkpoint(model, tokenizer, config: dict, cfg: TrainConfig, path: Path
     tmp.rename(path)
 
 
-def evaluate_ar(model_dir: Path, n: int, device: str) -> float:
-    """AR greedy accuracy on ``n`` held-out word problems, through the engine."""
+def evaluate_ar(model_dir: Path, n: int, device: str, family_names: list[str]) -> dict[str, float]:
+    """AR greedy accuracy on ``n`` held-out problems of each family, through the engine."""
     from .config import DecodeConfig
     from .evaluate import evaluate, heldout_problems, summarize_method
     from .models import load_model
 
     adapter = load_model(str(model_dir), device=device)
-    results = evaluate(adapter, {"AR": DecodeConfig(method="ar", max_new_tokens=64)}, heldout_problems(n, ["arith"]))
-    return summarize_method("AR", results["AR"]).accuracy
+    ar = {"AR": DecodeConfig(method="ar", max_new_tokens=64)}
+    return {
+        name: summarize_method("AR", evaluate(adapter, ar, heldout_problems(n, [name]))["AR"]).accuracy
+        for name in family_names
+    }
+
+
+def load_initial_weights(model, path: Path) -> None:
+    """Copy a checkpoint's weights into ``model``; only the tied output head may be absent from the file."""
+    state = load_file(path / "model.safetensors")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ValueError(f"{path} does not match this model: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
 
 
 def train(cfg: TrainConfig, resume: bool = False) -> Path:
@@ -235,9 +265,19 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     resuming = resume and state_path.exists()
     # A resumed run keeps the checkpoint's tokenizer: rebuilding it from a
     # changed data mix would renumber the vocabulary under trained embeddings.
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint) if resuming else build_tokenizer(cfg)
+    # So does a run initialised from another checkpoint.
+    if resuming:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    elif cfg.init_from:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from)
+    else:
+        tokenizer = build_tokenizer(cfg)
     config = sdar_config(cfg, tokenizer)
-    model = Qwen3ForCausalLM(qwen3_config_from_sdar(config)).to(device)
+    model = Qwen3ForCausalLM(qwen3_config_from_sdar(config))
+    if cfg.init_from and not resuming:
+        load_initial_weights(model, Path(cfg.init_from))
+        print(f"initialised from {cfg.init_from}")
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     stream = ProblemStream(cfg.family_weights, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -265,7 +305,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     last = min(cfg.steps, cfg.stop_after or cfg.steps)
     while step < last:
         block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
-        texts = [next(stream) for _ in range(cfg.batch_size)]
+        texts = stream.batch(cfg.batch_size, cfg.batch_by_family)
         ids, targets, loss_mask = make_batch(texts, tokenizer, block_length, mask_id, eos_id, gen)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, step)
@@ -292,10 +332,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
                 state_path,
             )  # fmt: skip
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == last):
-                entry["ar_accuracy"] = evaluate_ar(checkpoint, cfg.eval_problems, device)
-                bar.write(
-                    f"step {step}: AR accuracy {entry['ar_accuracy']:.2f} on {cfg.eval_problems} held-out problems"
-                )
+                entry["ar_accuracy"] = evaluate_ar(checkpoint, cfg.eval_problems, device, list(cfg.family_weights))
+                shown = ", ".join(f"{name} {acc:.2f}" for name, acc in entry["ar_accuracy"].items())
+                bar.write(f"step {step}: AR accuracy {shown} on {cfg.eval_problems} held-out problems each")
             model.train()
         with log_path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
@@ -310,7 +349,11 @@ def parse_args(argv=None) -> tuple[TrainConfig, bool]:
     for name, value in asdict(defaults).items():
         if isinstance(value, (dict, tuple)):
             continue
-        parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
     parser.add_argument(
         "--family-weights",
         type=parse_weights,

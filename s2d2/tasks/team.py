@@ -40,7 +40,7 @@ class TeamPicks(TaskFamily):
 
     def sample(self, rng: random.Random) -> Problem:
         picks = rng.choice((2, 3))
-        candidates = rng.sample(sorted(NAMES), rng.randint(picks + 1, picks + 3))
+        candidates = rng.sample(sorted(NAMES), rng.randint(picks, picks + 1))
         chosen = rng.sample(candidates, picks)
         prompt = (
             f"Pick {NUMBER_WORDS[picks]} different players from {join_names(candidates)}. Then cheer for the first one."
