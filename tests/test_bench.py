@@ -45,14 +45,9 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
 
 
-def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, tmp_path):
+def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, accelerate_launch, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "-m", "s2d2.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path),
-    ]  # fmt: skip
-    subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
+    accelerate_launch(["s2d2.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path)], env)
     sharded = json.loads((tmp_path / "summary.json").read_text())
     alone = json.loads((single / "summary.json").read_text())
     assert sharded["meta"]["processes"] == 2

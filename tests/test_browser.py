@@ -98,7 +98,9 @@ def test_run_an_example_and_replay_the_trajectory(page):
     (ROOT / "out").mkdir(exist_ok=True)
     timing = {"click_to_first_streamed_update_s": first_stream, "click_to_all_plots_s": total, "steps": rendered}
     (ROOT / "out" / "browser_timing.json").write_text(json.dumps(timing, indent=2))
-    print(f"\nclick → first streamed update: {first_stream:.2f}s; click → all plots rendered: {total:.2f}s ({rendered})")
+    print(
+        f"\nclick → first streamed update: {first_stream:.2f}s; click → all plots rendered: {total:.2f}s ({rendered})"
+    )
     assert page.locator("#text-s2d2 .tok").count() > 5
     assert first_stream <= 1.0 and total <= 5.0, timing
     page.screenshot(path=str(SHOTS / "02-table.png"), full_page=True)
@@ -140,11 +142,15 @@ def test_run_an_example_and_replay_the_trajectory(page):
 
     # The lockstep replay: S2D2 finishes while AR is still writing.
     page.click(".play-all-button")
-    page.wait_for_function("() => document.querySelector('.player-all .clock').innerText.includes('finished: S2D2')", timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('.player-all .clock').innerText.includes('finished: S2D2')", timeout=30_000
+    )
     ar_hidden = page.locator("#text-ar .tok-future").count()
     page.screenshot(path=str(SHOTS / "05-lockstep.png"), full_page=True)
     assert ar_hidden > 0, "when S2D2 is done, AR still has tokens to write"
-    page.wait_for_function("() => document.querySelector('.play-all-button').innerText.includes('Play all')", timeout=60_000)
+    page.wait_for_function(
+        "() => document.querySelector('.play-all-button').innerText.includes('Play all')", timeout=60_000
+    )
     for tab, name in (("Residual energy", "06-energy"), ("Router", "07-router"), ("Cost", "08-cost")):
         page.get_by_role("tab", name=tab).click()
         page.wait_for_timeout(300)

@@ -219,7 +219,10 @@ def test_bad_files_get_a_message_that_names_the_problem(tmp_path, runs):
         (json.dumps({"schema_version": 999, "runs": {"AR": {}}}), "schema version 999"),
         (json.dumps({**runs["AR"].to_dict(), "schema_version": 999}), "schema version 999"),
         (json.dumps({"runs": {"AR": 5}}), "run 'AR' is not a trace"),
-        (json.dumps({"runs": {"AR": {**runs["AR"].to_dict(), "steps": [{"bad": 1}]}}}), "run 'AR' is not a valid trace"),
+        (
+            json.dumps({"runs": {"AR": {**runs["AR"].to_dict(), "steps": [{"bad": 1}]}}}),
+            "run 'AR' is not a valid trace",
+        ),
         ("[1, 2]", "expected a JSON object"),
         ("{oops", "not valid JSON"),
     ]
@@ -236,7 +239,9 @@ def test_cost_figure_shows_lookahead_forwards_when_recorded(runs):
     from components.figures import lookahead_counts
 
     s = runs["S2D2"].summary
-    assert lookahead_counts(runs["S2D2"]) == {k: v for k, v in (("used", s.lookaheads_used), ("discarded", s.lookaheads_discarded)) if v}
+    assert lookahead_counts(runs["S2D2"]) == {
+        k: v for k, v in (("used", s.lookaheads_used), ("discarded", s.lookaheads_discarded)) if v
+    }
     assert lookahead_counts(runs["AR"]) == {}
     trace = load_bundle(bundle_json({"S2D2": runs["S2D2"]}))["S2D2"]
     for i, f in enumerate(trace.forwards):

@@ -60,13 +60,8 @@ def test_cli_accuracy_and_nfe_equal_s2d2_evaluate_on_the_same_problems(one_proce
     assert [s["exact_match"] for s in samples] == [float(r.correct) for r in reference]
 
 
-def test_two_process_accelerate_run_gives_the_same_results(one_process, tmp_path):
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "-m", "s2d2.lm_eval", *CLI_ARGS, "--output_path", str(tmp_path),
-    ]  # fmt: skip
-    subprocess.run(command, check=True, env=OFFLINE, cwd=ROOT, capture_output=True, timeout=300)
+def test_two_process_accelerate_run_gives_the_same_results(one_process, accelerate_launch, tmp_path):
+    accelerate_launch(["s2d2.lm_eval", *CLI_ARGS, "--output_path", str(tmp_path)], OFFLINE)
     (alone, alone_samples), (sharded, sharded_samples) = one_process, read_run(tmp_path)
     for key in ("exact_match,none", "s2d2_nfe,none", "s2d2_tokens,none", "s2d2_acceptance_rate,none"):
         assert sharded[key] == alone[key], key
