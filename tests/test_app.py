@@ -44,7 +44,7 @@ def test_generate_one_method_by_name(client):
     result = client.predict(prompt=PROMPTS[2], method="dynamic", threshold=0.9, api_name="/generate")
     trace = result["trace"]
     assert trace["method"] == "dynamic" and trace["config"]["threshold"] == 0.9
-    assert "19" in trace["text"]
+    assert trace["text"].endswith("The answer is 29."), "the bundled model solves the third example"
 
 
 @pytest.mark.parametrize(
