@@ -23,7 +23,6 @@ from s2d2.trace import (
 
 from .palette import display_token
 
-
 LOOKAHEAD_WORDS = {
     LOOKAHEAD_USED: "; the same verify forward already drafted the next block (lookahead used)",
     LOOKAHEAD_DISCARDED: "; the next block's draft it carried was thrown away (lookahead discarded)",
