@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -22,32 +18,9 @@ TINY = TrainConfig(
 )
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def launch_two_processes(module_args: list[str], env: dict[str, str]) -> None:
-    """Run ``accelerate launch`` with 2 CPU processes on a free rendezvous port (the default 29500 may still
-    be held by an earlier launch), failing with the launcher's own error output instead of a bare exit code."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(port), "-m", *module_args,
-    ]  # fmt: skip
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"accelerate launch exited {done.returncode}:\n{done.stderr[-4000:]}"
-
-
 def write_sdar_checkpoint(path, seed: int = 0) -> str:
     """A random-weight checkpoint in SDAR's on-disk layout (config, safetensors, tokenizer)."""
     return str(write_random_checkpoint(path, TINY, seed=seed, init_std=0.15))
-
-
-@pytest.fixture(scope="session")
-def accelerate_launch():
-    return launch_two_processes
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from two_processes import launch_two_processes
 
 from components import benchmarks
 from components.benchmarks import frontier_figure, load_summary, summary_frame
@@ -45,9 +46,9 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
 
 
-def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, accelerate_launch, tmp_path):
+def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    accelerate_launch(["s2d2.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path)], env)
+    launch_two_processes(["s2d2.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path)], env)
     sharded = json.loads((tmp_path / "summary.json").read_text())
     alone = json.loads((single / "summary.json").read_text())
     assert sharded["meta"]["processes"] == 2

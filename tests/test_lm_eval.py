@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from lm_eval.api.instance import Instance
+from two_processes import launch_two_processes
 
 from s2d2 import DEFAULT_MODEL, config_from_settings, load_model
 from s2d2.evaluate import heldout_problems, run_problem, summarize_method
@@ -60,8 +61,8 @@ def test_cli_accuracy_and_nfe_equal_s2d2_evaluate_on_the_same_problems(one_proce
     assert [s["exact_match"] for s in samples] == [float(r.correct) for r in reference]
 
 
-def test_two_process_accelerate_run_gives_the_same_results(one_process, accelerate_launch, tmp_path):
-    accelerate_launch(["s2d2.lm_eval", *CLI_ARGS, "--output_path", str(tmp_path)], OFFLINE)
+def test_two_process_accelerate_run_gives_the_same_results(one_process, tmp_path):
+    launch_two_processes(["s2d2.lm_eval", *CLI_ARGS, "--output_path", str(tmp_path)], OFFLINE)
     (alone, alone_samples), (sharded, sharded_samples) = one_process, read_run(tmp_path)
     for key in ("exact_match,none", "s2d2_nfe,none", "s2d2_tokens,none", "s2d2_acceptance_rate,none"):
         assert sharded[key] == alone[key], key
