@@ -126,7 +126,7 @@ def summarize_method(name: str, results: list[ProblemResult]) -> MethodSummary:
     )
 
 
-def model_card_methods(max_new_tokens: int = 64) -> dict[str, DecodeConfig]:
+def model_card_methods(max_new_tokens: int = 160) -> dict[str, DecodeConfig]:
     """The model card's methods: AR, two static, a dynamic τ sweep and the S2D2 presets."""
     common = dict(max_new_tokens=max_new_tokens)
     methods = {

@@ -173,7 +173,7 @@ def write_random_checkpoint(path: Path, cfg: TrainConfig, seed: int = 0, init_st
 
 
 def make_batch(texts, tokenizer, block_length: int, mask_id: int, eos_id: int, gen: torch.Generator):
-    """Noisy and clean copies of a batch, padded with EOS to whole 16-token blocks.
+    """Noisy and clean copies of a batch, padded with EOS to whole blocks (at least 16 tokens).
 
     Returns ``(ids (N, 2L), targets (N, L), loss mask (N, L))``. Only answer
     tokens (and the EOS padding after them) are ever masked; the prompt stays
@@ -184,7 +184,8 @@ def make_batch(texts, tokenizer, block_length: int, mask_id: int, eos_id: int, g
         prompt_ids = tokenizer(chat_text(prompt))["input_ids"]
         full = tokenizer(chat_text(prompt, answer))["input_ids"]
         encoded.append((len(prompt_ids), full))
-    length = 16 * math.ceil(max(len(f) for _, f in encoded) / 16)
+    unit = max(16, block_length)
+    length = unit * math.ceil(max(len(f) for _, f in encoded) / unit)
     clean = torch.full((len(encoded), length), eos_id, dtype=torch.long)
     answer = torch.zeros(len(encoded), length, dtype=torch.bool)
     for row, (prompt_length, full) in enumerate(encoded):
@@ -242,7 +243,7 @@ def evaluate_ar(model_dir: Path, n: int, device: str, family_names: list[str]) -
     from .models import load_model
 
     adapter = load_model(str(model_dir), device=device)
-    ar = {"AR": DecodeConfig(method="ar", max_new_tokens=64)}
+    ar = {"AR": DecodeConfig(method="ar", max_new_tokens=160)}
     return {
         name: summarize_method("AR", evaluate(adapter, ar, heldout_problems(n, [name]))["AR"]).accuracy
         for name in family_names
@@ -353,7 +354,16 @@ def parse_args(argv=None) -> tuple[TrainConfig, bool]:
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="python -m s2d2.train", description="Train the bundled block-diffusion LM.")
     for name, value in asdict(defaults).items():
-        if isinstance(value, (dict, tuple)):
+        if isinstance(value, dict):
+            continue
+        if isinstance(value, tuple):
+            element = type(value[0])
+            parser.add_argument(
+                "--" + name.replace("_", "-"),
+                type=lambda text, element=element: tuple(element(v) for v in text.split(",")),
+                default=value,
+                help=f"comma-separated, default {','.join(map(str, value))}",
+            )
             continue
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
@@ -364,12 +374,15 @@ def parse_args(argv=None) -> tuple[TrainConfig, bool]:
         "--family-weights",
         type=parse_weights,
         default=defaults.family_weights,
-        help="share of each task family in the data, e.g. arith=0.6,team=0.4",
+        help="share of each task family in the data, e.g. arith=0.2,team=0.3,chains=0.5",
     )
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     args = vars(parser.parse_args(argv))
     resume = args.pop("resume")
-    return TrainConfig(**args), resume
+    cfg = TrainConfig(**args)
+    if len(cfg.block_lengths) != len(cfg.block_weights):
+        parser.error("--block-lengths and --block-weights need one entry each")
+    return cfg, resume
 
 
 def parse_weights(text: str) -> dict[str, float]:

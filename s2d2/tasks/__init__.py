@@ -70,9 +70,10 @@ class TaskFamily(ABC):
 
 def families() -> dict[str, TaskFamily]:
     from .arithmetic import WordProblems
+    from .chains import Chains
     from .team import TeamPicks
 
-    return {f.name: f for f in (WordProblems(), TeamPicks())}
+    return {f.name: f for f in (WordProblems(), TeamPicks(), Chains())}
 
 
 def get_family(name: str) -> TaskFamily:
