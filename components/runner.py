@@ -239,7 +239,8 @@ def partial_trace(decoder: Decoder, model: BlockDiffusionModel, prompt: str, sta
     ids = [committed.get(i, model.mask_token_id) for i in range(length)]
     seen = sorted({*ids, *(p.token for s in steps for p in s.positions)})
     token_text = dict(zip(map(str, seen), model.token_strings(seen)))
-    token_text[str(model.mask_token_id)] = "…"
+    # Gaps are shown by position: a committed token may be the mask token id itself.
+    shown = [token_text[str(committed[i])] if i in committed else "…" for i in range(length)]
     return Trace(
         method=decoder.config.method,
         config=decoder.config.to_dict(),
@@ -247,7 +248,7 @@ def partial_trace(decoder: Decoder, model: BlockDiffusionModel, prompt: str, sta
         prompt=prompt,
         prompt_ids=[],
         output_ids=ids,
-        output_tokens=[token_text[str(t)] for t in ids],
+        output_tokens=shown,
         text="",
         stop_reason="running",
         forwards=forwards,

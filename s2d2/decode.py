@@ -90,6 +90,9 @@ def entropy_bounded_commits(entropy: list[float], candidates: list[int], k: int,
 class BlockState:
     """The block being decoded: tokens on the device, their host mirror, what is still masked.
 
+    What is masked is state (``masked``, mirrored on the device as
+    ``masked_on_device``), never read back from the tokens: a model may commit
+    its own mask token id, which is then an ordinary committed token.
     ``offset`` is the output position of block position 0 (negative while the
     block still holds the prompt's tail); ``active`` marks positions inside the
     generation budget (the last block may be cut by ``max_new_tokens``).
@@ -101,6 +104,7 @@ class BlockState:
     masked: list[bool]
     active: list[bool]
     tokens: torch.Tensor
+    masked_on_device: torch.Tensor
     last: bool = False  # the budget ends in this block
     decoded: int = 0  # tokens committed in this block so far
     causal_rows: int = 0  # rows the last draft_ver draft made causal
@@ -111,9 +115,8 @@ class BlockState:
         host = tail + [mask_id] * (size - len(tail))
         active = [start + i < total for i in range(size)]
         masked = [start + i >= len(prompt_ids) and a for i, a in enumerate(active)]
-        return cls(
-            index, start - len(prompt_ids), host, masked, active, torch.tensor(host, dtype=torch.long, device=device)
-        )
+        tokens = torch.tensor(host, dtype=torch.long, device=device)
+        return cls(index, start - len(prompt_ids), host, masked, active, tokens, torch.tensor(masked, device=device))
 
     @property
     def first_generated(self) -> int:
@@ -128,6 +131,7 @@ class BlockState:
             self.masked[i] = False
         index = torch.tensor(list(tokens), device=self.tokens.device)
         self.tokens[index] = torch.tensor(list(tokens.values()), device=self.tokens.device)
+        self.masked_on_device[index] = False
 
     def stop_end(self, stops) -> int | None:
         """Block position after the first committed stop token whose prefix is all committed."""
@@ -577,7 +581,7 @@ class Decoder:
         reach = length
         if v.ratio_threshold is not None and v.threshold_all_spans:
             reach = max(i for i, c in enumerate(candidates) if c) - start + 1
-        drafted = torch.where(block.tokens == self.model.mask_token_id, draft.tokens, block.tokens)
+        drafted = torch.where(block.masked_on_device, draft.tokens, block.tokens)
         plan = self._lookahead_plan(block, span, window_end) if reach == length and carry_lookahead else None
         verified = self.model.verify(session, drafted, start, reach, keep_prefix=self.incremental, lookahead=plan)
         q = logits_to_probs(verified.logits, self.config.sampling)
