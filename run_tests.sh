@@ -8,10 +8,12 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.requirements.sha
-want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+  # The project itself, editable: the `s2d2` command and the lm-eval entry point (tests/test_package.py).
+  .venv/bin/python -m pip install --quiet --no-deps -e .
   echo "$want" > "$stamp"
 fi
 
