@@ -77,6 +77,9 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     bench_nfe = gr.Plot(show_label=False, elem_id="bench-nfe")
                     bench_wall = gr.Plot(show_label=False, elem_id="bench-wall")
+                with gr.Row():
+                    bench_scaling = gr.Plot(show_label=False, elem_id="bench-scaling")
+                    bench_energy = gr.Plot(show_label=False, elem_id="bench-energy")
                 bench_table = gr.Dataframe(show_label=False, wrap=True, elem_id="bench-table")
             with gr.Tab("How it works", id="how"):
                 gr.HTML(how_it_works_html())
@@ -91,7 +94,7 @@ def build_demo() -> gr.Blocks:
         cancel.click(ui.cancel_run, None, status, cancels=[run_event, submit_event], queue=False, **page)
         upload.upload(ui.replay, upload, [status, *results.components()], **page)
         demo.load(ui.startup, None, [status, *results.components(), prompt, lesson], **page)
-        bench_outputs = [bench_status, bench_nfe, bench_wall, bench_table]
+        bench_outputs = [bench_status, bench_nfe, bench_wall, bench_scaling, bench_energy, bench_table]
         demo.load(ui.benchmark_views, None, bench_outputs, **page)
         bench_upload.upload(ui.benchmark_views, bench_upload, bench_outputs, **page)
         compare, generate = make_endpoints(ui.MODELS)

@@ -380,18 +380,27 @@ def startup() -> list:
 
 
 def benchmark_views(path: str | None = None) -> list:
-    """Status, frontiers (forwards and wall time) and table of a saved ``summary.json``."""
+    """Status, frontiers (forwards and wall time), Figure 3 and Figure 2, and the table of a saved ``summary.json``."""
     from .benchmarks import frontier_figure, load_summary, summary_frame
+    from .study import energy_figure, scaling_figure
 
     source = Path(path) if path else BENCHMARK_SUMMARY
     try:
         data = load_summary(source)
     except (OSError, ValueError) as err:
         empty = frontier_figure([])
-        return [status_html(f"No benchmark loaded: {html.escape(str(err))}", "warn"), empty, empty, None]
+        return [status_html(f"No benchmark loaded: {html.escape(str(err))}", "warn"), empty, empty, empty, empty, None]
     meta, rows = data.get("meta", {}), data["methods"]
     note = (
         f"{html.escape(str(meta.get('command', '')))} — {meta.get('problems_per_family')} problems per family, "
         f"{meta.get('processes', 1)} process(es) on {html.escape(str(meta.get('machine', '?')))}, {meta.get('seconds', '?')} s"
     )
-    return [status_html(note, "info"), frontier_figure(rows, "nfe"), frontier_figure(rows, "wall"), summary_frame(rows)]
+    families = list(meta.get("families") or [])
+    return [
+        status_html(note, "info"),
+        frontier_figure(rows, "nfe"),
+        frontier_figure(rows, "wall"),
+        scaling_figure(rows, meta, "chains"),
+        energy_figure(rows, families),
+        summary_frame(rows),
+    ]

@@ -52,36 +52,66 @@ from .tasks import families
 GRIDS = ("paper", "tiny")
 
 
-def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
-    """AR; static B ∈ {4, 8, 16} with steps B and B/2; a dynamic τ sweep; S2D2 routers at B ∈ {4, 16}.
+SCALING_BLOCKS = (4, 8, 16, 32)  # Figure 3's block sizes
+DYNAMIC_TAUS = (0.5, 0.7, 0.9)
+AGGRESSIVE_DYNAMIC = "dynamic B=16 τ=0.3"  # Figure 2's parallel trajectory: far from what AR would write
 
-    The S2D2 routers use the paper's stochastic acceptance; one greedy-acceptance
-    variant per block size shows the exact mode (output identical to AR). Each
-    S2D2 router runs as the paper does (no lookahead) and with lookahead.
+
+def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """The paper's Table 1 and Figure 3 on one model.
+
+    AR; static B ∈ {4, 16, 32}; a dynamic τ sweep at every B of Figure 3 (and
+    the aggressive τ = 0.3 at B = 16 for Figure 2); config B (stochastic
+    acceptance, always verify, as the paper runs it: no lookahead) and exact
+    S2D2 (greedy acceptance, always verify, lookahead: output identical to AR)
+    at every B; and at B = 16 config A, the hysteresis router, and each S2D2
+    configuration with and without lookahead.
     """
     common = dict(max_new_tokens=max_new_tokens)
     grid = {"AR": DecodeConfig(method="ar", **common)}
-    for B in (4, 8, 16):
-        for steps in (B, B // 2):
-            grid[f"static B={B} steps={steps}"] = DecodeConfig(method="static", block_length=B, steps=steps, **common)
-    for B, taus in ((4, (0.5, 0.7, 0.9)), (16, (0.3, 0.5, 0.7, 0.9))):
-        for tau in taus:
+    for B, steps in ((4, 4), (16, 16), (16, 8), (32, 16)):
+        grid[f"static B={B} steps={steps}"] = DecodeConfig(method="static", block_length=B, steps=steps, **common)
+    for B in SCALING_BLOCKS:
+        for tau in DYNAMIC_TAUS:
             grid[f"dynamic B={B} τ={tau}"] = DecodeConfig(method="dynamic", block_length=B, threshold=tau, **common)
-    for B in (4, 16):
+    grid[AGGRESSIVE_DYNAMIC] = DecodeConfig(method="dynamic", block_length=16, threshold=0.3, **common)
+    for B in SCALING_BLOCKS:
         layout = dict(block_length=B, steps=B, **common)
-        routers = {
-            f"S2D2 B={B} score c=1": preset_config("sdar-a", **layout),
-            f"S2D2 B={B} always (c=0)": preset_config("sdar-b", **layout),
-            f"S2D2 B={B} always, greedy acceptance": preset_config(
-                "sdar-b", **layout, verify=dict(acceptance="greedy")
-            ),
-            f"S2D2 B={B} hysteresis": preset_config("hysteresis", **layout),
-            f"S2D2 B={B} min span {B // 2}": preset_config("min-span", **layout, verify=dict(tau_span=B // 2)),
-        }
-        for name, config in routers.items():
-            grid[name] = config.replace(lookahead=False)
-            grid[name + " + lookahead"] = config.replace(lookahead=True)
+        config_b = preset_config("sdar-b", **layout)
+        grid[f"S2D2 B={B} always (c=0)"] = config_b.replace(lookahead=False)
+        grid[f"S2D2 B={B} exact + lookahead"] = config_b.replace(
+            lookahead=True, verify=dataclasses.replace(config_b.verify, acceptance="greedy")
+        )
+    layout = dict(block_length=16, steps=16, **common)
+    grid["S2D2 B=16 always (c=0) + lookahead"] = preset_config("sdar-b", **layout, lookahead=True)
+    grid["S2D2 B=16 exact"] = preset_config("sdar-b", **layout, lookahead=False, verify=dict(acceptance="greedy"))
+    for name, config in {
+        "S2D2 B=16 score c=1": preset_config("sdar-a", **layout),
+        "S2D2 B=16 hysteresis": preset_config("hysteresis", **layout),
+    }.items():
+        grid[name] = config.replace(lookahead=False)
+        grid[name + " + lookahead"] = config.replace(lookahead=True)
     return grid
+
+
+def scaling_series(rows: list[dict], dynamic_choice: dict[int, str], family: str) -> dict[str, list]:
+    """Figure 3's data: accuracy on ``family`` against block size for the dynamic baseline (the τ chosen per
+    block size on the development split), config B and exact S2D2. Block sizes with no row are left out."""
+    by_name = {r["method"]: r for r in rows}
+    series = {
+        "dynamic (best τ on dev)": {B: dynamic_choice.get(B) for B in SCALING_BLOCKS},
+        "S2D2 config B (stochastic)": {B: f"S2D2 B={B} always (c=0)" for B in SCALING_BLOCKS},
+        "S2D2 exact (greedy) + lookahead": {B: f"S2D2 B={B} exact + lookahead" for B in SCALING_BLOCKS},
+    }
+    out = {}
+    for label, names in series.items():
+        points = [(B, by_name[n]) for B, n in names.items() if n in by_name]
+        out[label] = [
+            {"block_length": B, "method": r["method"], "accuracy": r["accuracy_by_family"].get(family),
+             "nfe": r["nfe_by_family"].get(family)}
+            for B, r in points
+        ]  # fmt: skip
+    return out
 
 
 DEV_SEED = 7  # the development split's seed; its problems are held out from training and disjoint from the test set
@@ -152,15 +182,15 @@ def parallel_state():
 
 
 def run_shard(
-    model, grid: dict[str, DecodeConfig], problems, rank: int, world: int, repeats: int, progress
+    model, grid: dict[str, DecodeConfig], problems, rank: int, world: int, repeats: int, progress, energy=False
 ) -> list[ProblemResult]:
-    """This process's share: every ``world``-th problem, all methods."""
+    """This process's share: every ``world``-th problem, all methods (``energy``: score each output's AR energy)."""
     mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
     results = []
     for name, config in grid.items():
         warm_up(model, config, problems[0])
         for index, problem in mine:
-            results.append(run_problem(model, name, config, problem, index, repeats))
+            results.append(run_problem(model, name, config, problem, index, repeats, energy))
             progress()
     return results
 
@@ -236,6 +266,49 @@ def table_markdown(rows: list[dict], family_names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def regime_markdown(rows: list[dict], family_names: list[str]) -> str:
+    """Where S2D2 pays off, per task family: exact S2D2's cheapest block size against AR and against the
+    cheapest dynamic setting at least as accurate on that family, in forwards and in wall time."""
+    exact = [r for r in rows if " exact" in r["method"]]
+    dynamic = [r for r in rows if r["method"].startswith("dynamic")]
+    ar = next((r for r in rows if r["method"] == "AR"), None)
+    if not exact or ar is None:
+        return ""
+    lines = [
+        "| family | AR NFE | exact S2D2 (fewest forwards) | its acc. | NFE | wall s | × fewer forwards than AR "
+        "| cheapest dynamic at ≥ acc. (NFE) | × fewer forwards | fastest dynamic at ≥ acc. (wall) | × less wall time |",
+        "|---|---:|---|---:|---:|---:|---:|---|---:|---|---:|",
+    ]
+    for f in family_names:
+        best = min(exact, key=lambda r: r["nfe_by_family"][f])
+        acc, nfe, wall = best["accuracy_by_family"][f], best["nfe_by_family"][f], best["wall_by_family"][f]
+        matched = [r for r in dynamic if r["accuracy_by_family"][f] >= acc]
+        by_nfe = min(matched, key=lambda r: r["nfe_by_family"][f]) if matched else None
+        by_wall = min(matched, key=lambda r: r["wall_by_family"][f]) if matched else None
+        nfe_ref = f"{by_nfe['method']} ({by_nfe['nfe_by_family'][f]:.1f})" if by_nfe else "none"
+        wall_ref = f"{by_wall['method']} ({by_wall['wall_by_family'][f]:.3f} s)" if by_wall else "none"
+        lines.append(
+            f"| {f} | {ar['nfe_by_family'][f]:.1f} | {best['method']} | {100 * acc:.1f} | {nfe:.1f} | {wall:.3f} | "
+            f"{ar['nfe_by_family'][f] / nfe:.2f}× | {nfe_ref} | "
+            f"{(by_nfe['nfe_by_family'][f] / nfe) if by_nfe else float('nan'):.2f}× | {wall_ref} | "
+            f"{(by_wall['wall_by_family'][f] / wall) if by_wall else float('nan'):.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+def energy_markdown(rows: list[dict], family_names: list[str]) -> str:
+    """Figure 2 as numbers: each method's mean AR energy per output token, per family."""
+    lines = ["| method | " + " | ".join(family_names) + " |", "|---|" + "---:|" * len(family_names)]
+    for r in rows:
+        if r.get("ar_energy") is None:
+            continue
+        cells = " | ".join(
+            "—" if r["ar_energy_by_family"].get(f) is None else f"{r['ar_energy_by_family'][f]:.3f}" for f in family_names
+        )
+        lines.append(f"| {r['method']} | {cells} |")
+    return "\n".join(lines)
+
+
 def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, family_names: list[str]) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "runs.csv").open("w", newline="") as f:
@@ -246,8 +319,43 @@ def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, fam
         )
     rows = summarize(grid, results)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2) + "\n")
-    (out / "table.md").write_text(table_markdown(rows, family_names) + "\n")
+    sections = [
+        table_markdown(rows, family_names),
+        "## Where S2D2 pays off, per family\n\n" + regime_markdown(rows, family_names),
+        "## AR energy per output token (−log q under the model at block size 1)\n\n" + energy_markdown(rows, family_names),
+    ]
+    (out / "table.md").write_text("\n\n".join(sections) + "\n")
     return rows
+
+
+def tune_dynamic(model, args, family_names: list[str], test: list, out: Path, parallel) -> dict[int, str]:
+    """The dynamic baseline's τ per block size, chosen on the development split as a user tuning it would:
+    the most accurate τ (fewest forwards among ties). Rank 0 writes ``dynamic_tuning.json``."""
+    rank, world, _ = parallel
+    dev = development_problems(args.dev_problems, family_names, test)
+    candidates = {
+        name: config for name, config in paper_grid(args.max_new_tokens).items()
+        if name.startswith("dynamic") and name != AGGRESSIVE_DYNAMIC
+    }  # fmt: skip
+    bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"dynamic[{rank}/{world}]", position=rank)
+    results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
+    bar.close()
+    rows = summarize(candidates, exchange(results, out / "shards", "dynamic", parallel))
+    chosen = {}
+    for B in SCALING_BLOCKS:
+        at_b = [r for r in rows if r["method"].startswith(f"dynamic B={B} ")]
+        if at_b:
+            chosen[B] = max(at_b, key=lambda r: (r["accuracy"], -r["nfe_per_problem"]))["method"]
+    if rank == 0:
+        report = {
+            "development_problems_per_family": args.dev_problems,
+            "seed": DEV_SEED,
+            "rule": "the most accurate τ per block size on the development split (fewest forwards among ties)",
+            "chosen": {str(B): name for B, name in chosen.items()},
+            "candidates": rows,
+        }
+        (out / "dynamic_tuning.json").write_text(json.dumps(report, indent=2) + "\n")
+    return chosen
 
 
 def tune(model, args, family_names: list[str], test: list, out: Path, parallel) -> dict[str, DecodeConfig]:
@@ -298,7 +406,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--methods", default="", help="keep only methods whose name contains one of these comma-separated strings"
     )
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=160, help="enough for the longest chains answer")
     parser.add_argument("--repeats", type=int, default=1, help="timed decodes per problem (median wall time)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", default="results/bench")
@@ -307,7 +415,14 @@ def main(argv=None) -> None:
         action="store_true",
         help="first search the routing thresholds on a development split, then add the best router per block size",
     )
-    parser.add_argument("--dev-problems", type=int, default=100, help="development problems per family for --tune")
+    parser.add_argument(
+        "--tune-dynamic",
+        action="store_true",
+        help="choose the dynamic baseline's τ per block size on the development split (Figure 3's baseline)",
+    )
+    parser.add_argument(
+        "--dev-problems", type=int, default=100, help="development problems per family for --tune and --tune-dynamic"
+    )
     args = parser.parse_args(argv)
 
     rank, world, barrier = parallel_state()
@@ -326,12 +441,15 @@ def main(argv=None) -> None:
     shards.mkdir(parents=True, exist_ok=True)
 
     start = time.time()
+    dynamic_choice = {}
+    if args.tune_dynamic:
+        dynamic_choice = tune_dynamic(model, args, family_names, problems, out, (rank, world, barrier))
     if args.tune:
         grid.update(tune(model, args, family_names, problems, out, (rank, world, barrier)))
 
     total = len(grid) * len(range(rank, len(problems), world))
     bar = progress_bar(total, f"bench[{rank}/{world}]", position=rank)
-    results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1))
+    results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1), energy=True)
     bar.close()
     merged = exchange(results, shards, "rank", (rank, world, barrier))
     if rank != 0:
@@ -349,6 +467,7 @@ def main(argv=None) -> None:
         "repeats": args.repeats,
         "seconds": round(time.time() - start, 1),
         "command": "python -m s2d2.bench " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "dynamic_best_tau": {str(B): name for B, name in dynamic_choice.items()},
     }
     rows = write_outputs(out, grid, merged, meta, family_names)
     print(table_markdown(rows, family_names))

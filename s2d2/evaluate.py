@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .config import DecodeConfig, VerifyConfig, preset_config
 from .decode import generate
+from .likelihood import ar_logprobs
 from .models import DEFAULT_MODEL, BlockDiffusionModel, load_model
 from .progress import progress_bar
 from .tasks import Problem, families
+from .trace import Trace
 
 
 @dataclass
@@ -41,15 +43,35 @@ class ProblemResult:
     tokens_fed: int = 0  # tokens the forwards processed (the per-token part of their cost)
     lookaheads_used: int = 0
     lookaheads_discarded: int = 0
+    ar_energy: float | None = None  # mean −log q per output token under the model's own AR mode
+
+
+def ar_energy(model: BlockDiffusionModel, trace: Trace) -> float | None:
+    """The AR energy of a run's output: its mean negative log-likelihood per token at block size 1.
+
+    The paper's Figure 2 view: how far a decoding trajectory sits from what the
+    verifier (the model run autoregressively) would write. Scored outside the
+    timed decode, by one verifier forward; ``None`` for an empty output.
+    """
+    if not trace.output_ids:
+        return None
+    return -ar_logprobs(model, trace.prompt_ids, trace.output_ids).logprob / len(trace.output_ids)
 
 
 def run_problem(
-    model: BlockDiffusionModel, name: str, config: DecodeConfig, problem: Problem, index: int, repeats: int = 1
+    model: BlockDiffusionModel,
+    name: str,
+    config: DecodeConfig,
+    problem: Problem,
+    index: int,
+    repeats: int = 1,
+    energy: bool = False,
 ) -> ProblemResult:
     """Decode one problem (seed = its index, so runs are reproducible) and score it.
 
     With ``repeats > 1`` the decode is repeated and the median wall time kept;
-    the output of a fixed seed does not change between repeats.
+    the output of a fixed seed does not change between repeats. ``energy``
+    also scores the output's AR energy (one more forward, not timed).
     """
     family = families()[problem.family]
     traces = [generate(model, problem.prompt, config.replace(seed=index)) for _ in range(repeats)]
@@ -72,6 +94,7 @@ def run_problem(
         tokens_fed=sum(s.tokens_by_kind.values()),
         lookaheads_used=s.lookaheads_used,
         lookaheads_discarded=s.lookaheads_discarded,
+        ar_energy=ar_energy(model, trace) if energy else None,
     )
 
 
@@ -93,6 +116,10 @@ class MethodSummary:
     tokens_fed_per_forward: float = 0.0
     lookaheads_used_per_problem: float = 0.0
     lookaheads_discarded_per_problem: float = 0.0
+    nfe_by_family: dict = field(default_factory=dict)
+    wall_by_family: dict = field(default_factory=dict)
+    ar_energy: float | None = None  # mean over problems of the output's AR energy per token
+    ar_energy_by_family: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,9 +127,9 @@ class MethodSummary:
 
 def summarize_method(name: str, results: list[ProblemResult]) -> MethodSummary:
     n = len(results)
-    by_family: dict[str, list[bool]] = {}
+    by_family: dict[str, list[ProblemResult]] = {}
     for r in results:
-        by_family.setdefault(r.family, []).append(r.correct)
+        by_family.setdefault(r.family, []).append(r)
     tokens, nfe, wall = (sum(getattr(r, k) for r in results) for k in ("tokens", "nfe", "wall_seconds"))
     verified = sum(r.drafts_verified for r in results)
     accepted = sum(r.drafts_accepted for r in results)
@@ -112,7 +139,7 @@ def summarize_method(name: str, results: list[ProblemResult]) -> MethodSummary:
         method=name,
         problems=n,
         accuracy=sum(r.correct for r in results) / n,
-        accuracy_by_family={f: sum(v) / len(v) for f, v in sorted(by_family.items())},
+        accuracy_by_family={f: sum(r.correct for r in v) / len(v) for f, v in sorted(by_family.items())},
         nfe_per_problem=nfe / n,
         tokens_per_forward=tokens / nfe if nfe else 0.0,
         wall_per_problem=wall / n,
@@ -123,7 +150,17 @@ def summarize_method(name: str, results: list[ProblemResult]) -> MethodSummary:
         tokens_fed_per_forward=sum(r.tokens_fed for r in results) / nfe if nfe else 0.0,
         lookaheads_used_per_problem=sum(r.lookaheads_used for r in results) / n,
         lookaheads_discarded_per_problem=sum(r.lookaheads_discarded for r in results) / n,
+        nfe_by_family={f: sum(r.nfe for r in v) / len(v) for f, v in sorted(by_family.items())},
+        wall_by_family={f: sum(r.wall_seconds for r in v) / len(v) for f, v in sorted(by_family.items())},
+        ar_energy=mean_energy(results),
+        ar_energy_by_family={f: mean_energy(v) for f, v in sorted(by_family.items())},
     )
+
+
+def mean_energy(results: list[ProblemResult]) -> float | None:
+    """Mean AR energy per token over the results that were scored for it."""
+    energies = [r.ar_energy for r in results if r.ar_energy is not None]
+    return sum(energies) / len(energies) if energies else None
 
 
 def model_card_methods(max_new_tokens: int = 160) -> dict[str, DecodeConfig]:

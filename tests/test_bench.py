@@ -29,10 +29,12 @@ def single(tiny_path, tmp_path_factory):
 
 def test_tiny_grid_writes_table_csv_and_figures(single):
     rows = list(csv.DictReader((single / "runs.csv").open()))
-    assert len(rows) == 2 * 5 * 2  # 2 methods × 5 problems × 2 families
+    assert len(rows) == 2 * 5 * 3  # 2 methods × 5 problems × 3 families
     assert {r["method"] for r in rows} == {"AR", "S2D2 B=4 always (c=0)"}
     table = (single / "table.md").read_text()
-    assert table.count("\n") == 4 and "| AR |" in table and "speedup vs AR" in table
+    table_1 = table.split("\n\n")[0]
+    assert table_1.count("\n") == 3 and "| AR |" in table_1 and "speedup vs AR" in table_1
+    assert "## AR energy per output token" in table and "## Where S2D2 pays off" in table
     summary = load_summary(single / "summary.json")
     ar, s2d2 = summary["methods"]
     assert ar["speedup_nfe_vs_ar"] == 1.0
@@ -69,14 +71,59 @@ def test_engine_never_imports_gradio_or_plotly():
 def test_dashboard_benchmarks_tab_loads_a_saved_summary(single, tmp_path):
     from components import ui
 
-    status, nfe, wall, table = ui.benchmark_views(str(single / "summary.json"))
+    status, nfe, wall, scaling, energy, table = ui.benchmark_views(str(single / "summary.json"))
     assert "problems per family" in status
+    assert {t.name for t in energy.data} == {"AR"}  # the tiny grid has none of the other Figure 2 methods
+    assert list(energy.data[0].x) == ["arith", "team", "chains"]
     assert {t.name for t in nfe.data} == {"AR", "S2D2"} and len(wall.data) == 2
     assert len(table) == 2
     bad = tmp_path / "other.json"
     bad.write_text('{"not": "a summary"}')
     status, *_ = ui.benchmark_views(str(bad))
     assert "No benchmark loaded" in status
+
+
+def test_every_output_is_scored_for_its_ar_energy_by_a_separate_verifier_forward(single, tiny_path):
+    from s2d2 import generate, load_model
+    from s2d2.likelihood import ar_logprobs
+
+    rows = list(csv.DictReader((single / "runs.csv").open()))
+    summary = load_summary(single / "summary.json")
+    assert all(float(r["ar_energy"]) > 0 for r in rows if r["output"])
+    model = load_model(tiny_path)
+    problem = bench.heldout_problems(5, ["arith"])[0]
+    trace = generate(model, problem.prompt, bench.tiny_grid(12)["AR"].replace(seed=0))
+    expected = -ar_logprobs(model, trace.prompt_ids, trace.output_ids).logprob / len(trace.output_ids)
+    first = next(r for r in rows if r["method"] == "AR" and r["family"] == "arith" and r["index"] == "0")
+    assert float(first["ar_energy"]) == pytest.approx(expected, rel=1e-5)
+    ar = summary["methods"][0]
+    assert ar["ar_energy_by_family"]["arith"] == pytest.approx(
+        sum(float(r["ar_energy"]) for r in rows if r["method"] == "AR" and r["family"] == "arith") / 5
+    )
+
+
+def test_tune_dynamic_chooses_the_most_accurate_tau_per_block_size_and_figure_3_follows_it(tiny_path, tmp_path):
+    from components.study import scaling_figure
+
+    args = ["--grid", "tiny", "--problems", "1", "--max-new-tokens", "8", "--tune-dynamic", "--dev-problems", "1"]
+    bench.main(["--model", tiny_path, *args, "--families", "chains", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "dynamic_tuning.json").read_text())
+    assert set(report["chosen"]) == {str(B) for B in bench.SCALING_BLOCKS}
+    for B, name in report["chosen"].items():
+        at_b = [r for r in report["candidates"] if r["method"].startswith(f"dynamic B={B} ")]
+        assert len(at_b) == len(bench.DYNAMIC_TAUS)
+        assert next(r for r in at_b if r["method"] == name)["accuracy"] == max(r["accuracy"] for r in at_b)
+    meta = load_summary(tmp_path / "summary.json")["meta"]
+    assert meta["dynamic_best_tau"] == report["chosen"]
+    rows = [
+        {"method": name, "accuracy_by_family": {"chains": 0.5}, "nfe_by_family": {"chains": 10.0}}
+        for name in [*report["chosen"].values(), "S2D2 B=4 always (c=0)", "S2D2 B=32 exact + lookahead"]
+    ]
+    series = bench.scaling_series(rows, {int(B): n for B, n in report["chosen"].items()}, "chains")
+    assert [p["block_length"] for p in series["dynamic (best τ on dev)"]] == list(bench.SCALING_BLOCKS)
+    assert [p["block_length"] for p in series["S2D2 config B (stochastic)"]] == [4]
+    assert [p["block_length"] for p in series["S2D2 exact (greedy) + lookahead"]] == [32]
+    assert len(scaling_figure(rows, meta).data) == 3
 
 
 def test_tune_searches_routers_on_a_disjoint_split_and_adds_the_best_per_block_size(tiny_path, tmp_path):
@@ -90,8 +137,9 @@ def test_tune_searches_routers_on_a_disjoint_split_and_adds_the_best_per_block_s
         label = report["chosen"][B].split(" ", 1)[1]
         assert f"S2D2 B={B} tuned ({label}) + lookahead" in methods
         assert f"S2D2 B={B} tuned ({label}), greedy acceptance + lookahead" in methods
-    test = bench.heldout_problems(500, ["arith", "team"])
-    assert not {p.key for p in bench.development_problems(100, ["arith", "team"], test)} & {p.key for p in test}
+    test = bench.heldout_problems(500, ["arith", "team", "chains"])
+    dev = bench.development_problems(100, ["arith", "team", "chains"], test)
+    assert not {p.key for p in dev} & {p.key for p in test}
 
 
 def test_choose_router_takes_the_cheapest_within_a_point_of_ar():

@@ -12,7 +12,7 @@ See docs/EVALUATION.md.
 """
 
 from .harness import TASKS_DIR, main, simple_evaluate
-from .loglik import ar_logprobs
+from ..likelihood import ar_logprobs
 from .model import S2D2LM
 
 __all__ = ["S2D2LM", "TASKS_DIR", "ar_logprobs", "main", "simple_evaluate"]

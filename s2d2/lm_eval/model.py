@@ -15,7 +15,7 @@
 prompt is the text lm-eval hands over, which already holds the chat template
 when ``--apply_chat_template`` is given (lm-eval calls :meth:`apply_chat_template`
 itself) and is raw otherwise. ``loglikelihood`` and ``loglikelihood_rolling``
-are exact block-size-1 (AR) scores, one forward per request (:mod:`.loglik`).
+are exact block-size-1 (AR) scores, one forward per request (:mod:`s2d2.likelihood`).
 Every request's decode statistics are kept in :attr:`decode_stats`;
 :func:`s2d2.lm_eval.metrics.attach_decode_metrics` writes them into lm-eval's
 results.
@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, load_model
 from ..settings import SETTINGS
-from .loglik import Scored, ar_logprobs
+from ..likelihood import Scored, ar_logprobs
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models import BlockDiffusionModel
+from .models import BlockDiffusionModel
 
 
 @dataclass

@@ -1,0 +1,135 @@
+"""The paper's two study figures from a benchmark summary: scaling with block size and the energy view.
+
+- Figure 3: accuracy against block size for the dynamic baseline (its τ chosen
+  per block size on the development split), config B and exact S2D2. Plain
+  diffusion decoding loses accuracy as blocks grow; verification keeps it.
+- Figure 2: the AR energy (mean −log q per output token under the model run at
+  block size 1) of each method's outputs. AR's own outputs sit lowest; an
+  aggressive parallel setting drifts far above; S2D2 is pulled back to AR's.
+
+Pure functions (summary rows in, figure out); ``python -m components.study DIR``
+writes both as PNG (and HTML) next to ``DIR/summary.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from s2d2.bench import AGGRESSIVE_DYNAMIC, SCALING_BLOCKS, scaling_series
+
+from .figures import FONT, empty_figure
+
+SERIES_STYLE = {
+    "dynamic (best τ on dev)": ("#2563eb", "circle", "dot"),
+    "S2D2 config B (stochastic)": ("#16a34a", "diamond", "solid"),
+    "S2D2 exact (greedy) + lookahead": ("#7c3aed", "star", "dash"),
+}
+ENERGY_METHODS = (
+    ("AR", "#64748b"),
+    ("dynamic B=16 τ=0.9", "#93c5fd"),
+    (AGGRESSIVE_DYNAMIC, "#2563eb"),
+    ("S2D2 B=16 always (c=0)", "#16a34a"),
+    ("S2D2 B=16 exact + lookahead", "#7c3aed"),
+)
+
+
+def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title, x=0.01, font=dict(size=15)),
+        height=height,
+        font=FONT,
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        legend=dict(orientation="h", y=-0.22, x=0),
+        margin=dict(l=60, r=20, t=60, b=40),
+    )
+    fig.update_yaxes(gridcolor="#e2e8f0")
+    return fig
+
+
+def scaling_figure(rows: list[dict], meta: dict, family: str = "chains") -> go.Figure:
+    """Figure 3: accuracy on ``family`` against block size, one line per decoder."""
+    choice = {int(B): name for B, name in (meta.get("dynamic_best_tau") or {}).items()}
+    series = scaling_series(rows, choice, family)
+    if not any(series.values()):
+        return empty_figure(f"No block-size sweep on {family} in this benchmark.")
+    fig = go.Figure()
+    for label, points in series.items():
+        points = [p for p in points if p["accuracy"] is not None]
+        if not points:
+            continue
+        color, symbol, dash = SERIES_STYLE[label]
+        fig.add_trace(
+            go.Scatter(
+                x=[p["block_length"] for p in points],
+                y=[100 * p["accuracy"] for p in points],
+                mode="markers+lines",
+                name=label,
+                line=dict(color=color, width=2, dash=dash),
+                marker=dict(color=color, symbol=symbol, size=12, line=dict(color="white", width=1)),
+                text=[f"{p['method']}<br>{p['nfe']:.1f} forwards / problem" for p in points],
+                hovertemplate="%{text}<br>accuracy %{y:.1f}%<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="block size B", type="log", tickvals=list(SCALING_BLOCKS), gridcolor="#e2e8f0")
+    fig.update_yaxes(title_text=f"accuracy on {family} (%)")
+    return _layout(fig, f"Accuracy against block size on {family} (Figure 3)")
+
+
+def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
+    """Figure 2: mean AR energy per output token of each method's outputs, grouped by task family."""
+    by_name = {r["method"]: r for r in rows}
+    shown = [(name, color) for name, color in ENERGY_METHODS if by_name.get(name, {}).get("ar_energy") is not None]
+    if not shown:
+        return empty_figure("This benchmark scored no AR energies (run s2d2.bench from this version).")
+    fig = go.Figure()
+    for name, color in shown:
+        energies = by_name[name]["ar_energy_by_family"]
+        fig.add_trace(
+            go.Bar(
+                x=families,
+                y=[energies.get(f) for f in families],
+                name=name,
+                marker_color=color,
+                hovertemplate=name + "<br>%{x}: %{y:.3f} nats / token<extra></extra>",
+            )
+        )
+    fig.update_yaxes(title_text="AR energy (−log q per token, nats)")
+    fig.update_layout(barmode="group")
+    return _layout(fig, "How far each trajectory sits from AR's (Figure 2: AR energy of the outputs)")
+
+
+def write_study(rows: list[dict], meta: dict, out: Path) -> None:
+    """Both figures as HTML, and as PNG when a Chromium is available to kaleido."""
+    browser = shutil.which("chromium") or shutil.which("google-chrome")
+    if browser:
+        os.environ.setdefault("BROWSER_PATH", browser)
+    families = list(meta.get("families") or [])
+    figures = {"scaling_chains": scaling_figure(rows, meta, "chains"), "energy": energy_figure(rows, families)}
+    for name, fig in figures.items():
+        fig.write_html(Path(out) / f"{name}.html", include_plotlyjs="cdn")
+        try:
+            fig.write_image(Path(out) / f"{name}.png", width=1000, height=480, scale=2)
+        except Exception as err:  # kaleido needs a browser; the HTML is the primary output
+            print(f"note: PNG not written for {name} ({type(err).__name__}: {err}); the HTML is in {out}")
+
+
+def main(argv=None) -> None:
+    """``python -m components.study DIR``: draw Figure 3 and Figure 2 of ``DIR/summary.json`` into ``DIR``."""
+    import argparse
+
+    from .benchmarks import load_summary
+
+    parser = argparse.ArgumentParser(prog="python -m components.study", description=main.__doc__)
+    parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.bench")
+    args = parser.parse_args(argv)
+    data = load_summary(Path(args.results) / "summary.json")
+    write_study(data["methods"], data.get("meta", {}), Path(args.results))
+
+
+if __name__ == "__main__":
+    main()
