@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from s2d2.trace import SCHEMA_VERSION, Trace
+from s2d2.trace import READABLE_VERSIONS, SCHEMA_VERSION, Trace
 
 # A saved comparison of the bundled model is about 0.2 MB; a hub model's long run a few MB.
 MAX_BYTES = 20_000_000
@@ -30,9 +30,10 @@ def _trace(name: str, data) -> Trace:
 
 def _check_version(data: dict) -> None:
     version = data.get("schema_version")
-    if version is not None and version != SCHEMA_VERSION:
+    if version is not None and version not in READABLE_VERSIONS:
         raise ValueError(
-            f"the file has schema version {version!r}; this dashboard reads version {SCHEMA_VERSION} "
+            f"the file has schema version {version!r}; this dashboard reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))} "
             "(decode again, or re-save it with this version)"
         )
 

@@ -255,6 +255,7 @@ def partial_trace(decoder: Decoder, model: BlockDiffusionModel, prompt: str, sta
         steps=steps,
         summary=summarize(forwards, steps, length, time.perf_counter() - started),
         token_text=token_text,
+        exactness=decoder.config.exactness().to_dict(),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
+from s2d2.config import Exactness
 from s2d2.trace import Trace
 
 from .figures import (
@@ -79,11 +80,20 @@ def run_caption(trace: Trace) -> str:
     )
 
 
+def exactness_caption(trace: Trace) -> str:
+    """Beside an S2D2 run: whether its configuration makes the output the model's own AR output, or why not."""
+    if trace.method != "s2d2" or not trace.exactness:
+        return ""
+    exact = trace.exactness["exact"]
+    line = Exactness(tuple(trace.exactness["reasons"])).describe()
+    return f'<div class="run-caption run-exactness" data-exact="{str(exact).lower()}">{html.escape(line)}</div>'
+
+
 def text_panel(runs: dict[str, Trace], name: str) -> str:
     if name not in runs:
         return f'<div class="run-missing">No {html.escape(name)} run in this file.</div>'
     trace = runs[name]
-    return run_caption(trace) + tokens_html(trace)
+    return run_caption(trace) + exactness_caption(trace) + tokens_html(trace)
 
 
 PLOT_IDS = {"Baseline": "plot-trajectory-baseline", "S2D2": "plot-trajectory-s2d2"}

@@ -49,7 +49,8 @@ def run_generate(args: argparse.Namespace) -> int:
     trace = generate(model, args.prompt, config)
     s = trace.summary
     if args.json:
-        print(json.dumps({"text": trace.text, "summary": trace.to_dict()["summary"]}, indent=2))
+        report = {"text": trace.text, "summary": trace.to_dict()["summary"], "exactness": trace.exactness}
+        print(json.dumps(report, indent=2))
     else:
         print(trace.text)
         print(
@@ -65,6 +66,7 @@ def run_generate(args: argparse.Namespace) -> int:
             )
         if s.edits:
             print(f"edits {s.edits}")
+        print(config.exactness().describe())
     if args.forward_stats:
         print(forward_stats(trace))
     if args.trace_out:

@@ -13,13 +13,36 @@ from dataclasses import dataclass, field
 
 from .acceptance import ACCEPTANCE_MODES
 from .fields import check_declared, setting
-from .policies import ESTIMATORS, POLICIES, SCORE_TYPES
+from .policies import ESTIMATORS, POLICIES, SCORE_TYPES, always_verifies
 from .sampling import SamplingConfig
 
 METHODS = ("ar", "static", "dynamic", "entropy_bounded", "s2d2")
 COMMIT_RULES = ("static", "dynamic", "entropy_bounded")
 ACCOUNTINGS = ("fused", "official")
 UCB_ENTROPY_SOURCES = ("span", "masked")
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """Whether a configuration's output is, by construction, the model's own autoregressive output.
+
+    Exact means token for token when greedy and the same distribution when
+    sampling (docs/ALGORITHM.md, "Exactness"). ``reasons`` names every setting
+    that breaks it; a configuration is exact when there is none.
+    """
+
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return not self.reasons
+
+    def describe(self) -> str:
+        """One line for the CLI and the dashboard."""
+        return "exact: output ≡ AR" if self.exact else "not exact: " + "; ".join(self.reasons)
+
+    def to_dict(self) -> dict:
+        return {"exact": self.exact, "reasons": list(self.reasons)}
 
 
 @dataclass(frozen=True)
@@ -295,6 +318,43 @@ class DecodeConfig:
         base, extra = divmod(self.sub_block_length, self.steps)
         return [base + (i < extra) for i in range(self.steps)]
 
+    def exactness(self) -> Exactness:
+        """Every reason this configuration's output may differ from the model's own AR output.
+
+        AR is exact by definition. Block size 1 runs every method at block size 1,
+        so only editing, which rewrites committed tokens, can break it there.
+        """
+        v, reasons = self.verify, []
+        if self.edit_threshold is not None:
+            reasons.append("editing (τ_edit) rewrites committed tokens")
+        if self.method == "ar" or self.block_length == 1:
+            return Exactness(tuple(reasons))
+        if self.method != "s2d2":
+            return Exactness((f"the {self.method} baseline commits drafts without verifying them", *reasons))
+        if not self.cache_ver:
+            reasons.append("cache_ver off: committed blocks are cached with in-block bidirectional attention")
+        if not always_verifies(v):
+            reasons.append(f"the {v.policy} router may skip verification (skipped steps commit unverified drafts)")
+        most = max(self.schedule())
+        if most > 1:
+            reasons.append(f"fallback commits: {self.steps} steps for {self.sub_block_length} positions commit "
+                           f"up to {most} per step, beyond what a verification accepts")  # fmt: skip
+        if v.ratio_threshold is not None:
+            reasons.append("a ratio threshold commits drafts after the first rejection")
+        if v.always_check_high_confidence:
+            reasons.append("threshold commits outside the verified span (always_check_high_confidence)")
+        if not v.allow_resample:
+            reasons.append("allow_resample off: a rejected draft is not replaced by the verifier's correction")
+        if v.ratio_tempering != 1.0:
+            reasons.append(f"ratio tempering γ = {v.ratio_tempering:g} ≠ 1 changes the acceptance probability")
+        if v.acceptance == "greedy" and not self.sampling.greedy:
+            reasons.append("greedy acceptance of drafts sampled at temperature "
+                           f"{self.sampling.temperature:g}: the verifier commits its argmax, not a sample")  # fmt: skip
+        if v.acceptance == "stochastic" and self.sampling.greedy:
+            reasons.append("stochastic acceptance of greedy drafts: drafts at temperature 0, "
+                           "verifier sampled at temperature 1")  # fmt: skip
+        return Exactness(tuple(reasons))
+
     def replace(self, **changes) -> DecodeConfig:
         return dataclasses.replace(self, **changes)
 
@@ -322,7 +382,8 @@ class Preset:
 
 
 # The paper's configurations (docs/ALGORITHM.md), all with soft_entropy_negexp;
-# "hysteresis" and "min-span" are the Fast-dLLM v2 routers at the bundled model's B=16.
+# "hysteresis" and "min-span" are the Fast-dLLM v2 routers at the bundled model's B=16; "exact" is this project's
+# exact configuration (DecodeConfig.exactness) at the same B.
 # Lookahead is on where it is exact (no editing) and the blocks are whole (Fast-dLLM's sub-blocks need draft_ver).
 PRESETS = {
     p.name: p
@@ -381,6 +442,20 @@ PRESETS = {
                 s2d2_rule="dynamic",
                 lookahead=True,
                 verify=dict(policy="min_span", tau_span=8),
+            ),
+        ),
+        Preset(
+            "exact",
+            "Exact S2D2: B=16, always verify, greedy acceptance, causal cache (cache_ver, draft_ver), lookahead; "
+            "the output is the model's own greedy AR output.",
+            dict(
+                method="s2d2",
+                block_length=16,
+                steps=16,
+                cache_ver=True,
+                draft_ver=True,
+                lookahead=True,
+                verify=dict(policy="always", acceptance="greedy"),
             ),
         ),
         Preset(

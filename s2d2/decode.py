@@ -652,6 +652,7 @@ class Decoder:
             steps=self.steps,
             summary=summary,
             token_text=token_text,
+            exactness=cfg.exactness().to_dict(),
         )
 
 

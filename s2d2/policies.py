@@ -107,6 +107,12 @@ class Policy(ABC):
     def observe(self, route: RouteRecord, committed: int) -> None:  # noqa: B027 - a no-op unless the policy learns
         """Reward feedback after the step; only learning policies use it."""
 
+    @classmethod
+    def always_verifies(cls, verify) -> bool:
+        """Whether these settings verify every non-empty span, whatever the drafts
+        (a condition of exactness: a skipped step commits unverified drafts)."""
+        return False
+
     def _record(self, ctx: RouteContext, verify: bool, **extra) -> RouteRecord:
         if "score" in extra and not math.isfinite(extra["score"]):
             extra["score"] = None  # an empty span's -inf; JSON has no infinity
@@ -132,8 +138,20 @@ class Policy(ABC):
         return ctx.expected_accepted - penalty
 
 
+def score_never_below(verify) -> float:
+    """A lower bound of the score over every non-empty span: ``E[K] ≥ 0``, and
+    ``n_high`` may be anything from 0 up (``-inf`` when the dynamic penalty can grow)."""
+    if verify.score == "dynamic":
+        return 0.0 if verify.c <= 0 else -math.inf
+    return -verify.c
+
+
 class AlwaysVerify(Policy):
     name = "always"
+
+    @classmethod
+    def always_verifies(cls, verify) -> bool:
+        return True
 
     def decide(self, ctx):
         return self._record(ctx, True)
@@ -144,6 +162,10 @@ class MinimumSpanPolicy(Policy):
 
     name = "min_span"
 
+    @classmethod
+    def always_verifies(cls, verify) -> bool:
+        return verify.tau_span <= 1
+
     def decide(self, ctx):
         return self._record(ctx, ctx.span_length >= self.verify.tau_span, thresholds={"tau_span": self.verify.tau_span})
 
@@ -152,6 +174,10 @@ class ScoreThresholdPolicy(Policy):
     """Verify iff the score reaches ``τ_score``."""
 
     name = "score"
+
+    @classmethod
+    def always_verifies(cls, verify) -> bool:
+        return score_never_below(verify) >= verify.tau_score
 
     def decide(self, ctx):
         s = self.score(ctx)
@@ -168,6 +194,10 @@ class HysteresisPolicy(Policy):
     """
 
     name = "hysteresis"
+
+    @classmethod
+    def always_verifies(cls, verify) -> bool:
+        return score_never_below(verify) > verify.tau_on  # ON at the first step, and never below τ_off < τ_on
 
     def __init__(self, verify):
         super().__init__(verify)
@@ -252,6 +282,11 @@ class UCBPolicy(Policy):
 _POLICY_CLASSES = {
     cls.name: cls for cls in (AlwaysVerify, MinimumSpanPolicy, ScoreThresholdPolicy, HysteresisPolicy, UCBPolicy)
 }
+
+
+def always_verifies(verify) -> bool:
+    """Whether ``verify``'s router verifies every non-empty span (see :meth:`Policy.always_verifies`)."""
+    return _POLICY_CLASSES[verify.policy].always_verifies(verify)
 
 
 def make_policy(verify) -> Policy:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Version 2 had no ``exactness``; it is derived from the stored config when such a trace is read.
+READABLE_VERSIONS = (2, 3)
 
 FORWARD_KINDS = ("prefill", "draft", "verify", "commit")
 
@@ -154,6 +156,7 @@ class Trace:
     steps: list[StepRecord]
     summary: Summary
     token_text: dict = field(default_factory=dict)
+    exactness: dict = field(default_factory=dict)  # DecodeConfig.exactness(): {"exact": bool, "reasons": [...]}
     schema_version: int = SCHEMA_VERSION
 
     def text_of(self, token_id: int) -> str:
@@ -173,8 +176,11 @@ class Trace:
     @classmethod
     def from_dict(cls, data: dict) -> Trace:
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"trace schema version {version!r} is not supported (this build reads {SCHEMA_VERSION})")
+        if version not in READABLE_VERSIONS:
+            readable = ", ".join(map(str, READABLE_VERSIONS))
+            raise ValueError(f"trace schema version {version!r} is not supported (this build reads {readable})")
+        if version == 2:
+            data = {**data, "exactness": _exactness_of(data.get("config")), "schema_version": SCHEMA_VERSION}
         missing = [f.name for f in fields(cls) if f.name not in data]
         if missing:
             raise ValueError(f"not an S2D2 trace: missing {', '.join(missing)}")
@@ -212,6 +218,15 @@ class Trace:
     def load(cls, path: str) -> Trace:
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())
+
+
+def _exactness_of(config) -> dict:
+    """The exactness of a stored config (an older trace did not record it)."""
+    from .config import DecodeConfig  # the config imports the policies, which import this module
+
+    if not isinstance(config, dict):
+        return {}
+    return DecodeConfig.from_dict(config).exactness().to_dict()
 
 
 def summarize(forwards: list[ForwardRecord], steps: list[StepRecord], generated: int, wall_seconds: float) -> Summary:
