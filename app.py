@@ -87,6 +87,7 @@ def build_demo() -> gr.Blocks:
         # Page-only events stay out of the API; /compare and /generate are the API.
         page = dict(api_visibility="private")
         preset.change(ui.apply_preset, preset, settings.components(), **page)
+        prompt.change(ui.lesson_for, prompt, lesson, **page)
         outputs = [status, *results.components(), export]
         inputs = [model, prompt, *settings.components()]
         run_event = run.click(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)

@@ -80,6 +80,21 @@ def examples() -> list[dict]:
     return json.loads((ASSETS / "examples.json").read_text())
 
 
+OWN_PROMPT = "Your own prompt: run it to see what S2D2 does with it (the examples below each say what they show)."
+
+
+def lesson_for(prompt: str) -> str:
+    """What the prompt in the box shows: an example's lesson while the box holds that example's prompt.
+
+    Typing over an example must not leave its lesson describing a prompt that
+    is no longer there.
+    """
+    text = (prompt or "").strip()
+    if not text:
+        return ""
+    return next((e["lesson"] for e in examples() if e["prompt"] == text), OWN_PROMPT)
+
+
 # -- settings panel ------------------------------------------------------------
 
 

@@ -167,6 +167,13 @@ def test_page_opens_on_the_saved_run_with_its_prompt():
     assert {run["prompt"] for run in saved["runs"].values()} == {PROMPTS[0]}
 
 
+def test_the_lesson_box_describes_only_the_prompt_in_the_box():
+    assert ui.lesson_for(PROMPTS[1]) == EXAMPLES[1]["lesson"]
+    assert ui.lesson_for("  " + PROMPTS[1] + " ") == EXAMPLES[1]["lesson"]
+    assert ui.lesson_for(PROMPTS[1] + " And one more?") == ui.OWN_PROMPT
+    assert ui.lesson_for("") == ""
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e["shows"] + ":" + e["prompt"][:20] for e in EXAMPLES])
 def test_every_example_shows_what_it_says(example):
     traces = run_all(ui.MODELS.get("bundled"), example["prompt"], build_configs(resolve(example["preset"])))
