@@ -28,7 +28,7 @@ def bundled():
 
 def test_tokenizer_round_trips_and_keeps_digits_apart():
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL)
-    stream = ProblemStream({"arith": 0.5, "team": 0.5}, seed=99)
+    stream = ProblemStream({"arith": 0.3, "team": 0.3, "chains": 0.4}, seed=99)
     for _ in range(300):
         text = chat_text(*next(stream))
         assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
@@ -48,33 +48,37 @@ def test_bundled_model_is_an_sdar_checkpoint_loaded_offline(bundled):
     config = json.loads((MODEL / "config.json").read_text())
     assert config["model_type"] == "sdar" and config["architectures"] == ["SDARForCausalLM"]
     assert config["mask_token_id"] == bundled.mask_token_id
-    assert set(config["block_lengths"]) == {1, 2, 4, 8, 16}
+    assert set(config["block_lengths"]) == {1, 2, 4, 8, 16, 32}
+    assert config["max_position_embeddings"] == 512
     assert isinstance(bundled, SDARModel) and bundled.family == "sdar"
     assert (MODEL / "model.safetensors").stat().st_size <= 30 * 2**20
     assert (MODEL / "generation_config.json").exists() and (MODEL / "README.md").exists()
 
 
-@pytest.mark.parametrize("family_name", ["arith", "team"])
+BUDGET = 160  # the longest chains answer is under 140 tokens
+
+
+@pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
 def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(bundled, family_name):
     family = get_family(family_name)
     problems = family.problems("heldout", 20, seed=4242)
     solved = sum(
-        family.score(p, generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=64)).text)
+        family.score(p, generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET)).text)
         for p in problems
     )
     assert solved >= 18
 
 
-@pytest.mark.parametrize("family_name", ["arith", "team"])
+@pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
 def test_parallel_commits_break_answers_and_exact_s2d2_repairs_them(bundled, family_name):
     """The demo's point on both families: aggressive threshold decoding commits digits without their context
     and fills symmetric name slots together (20/20 → 11/20 and 3/20 when this was written); S2D2 with exact
     acceptance drafts the same way and returns AR's text, after rejecting some of those drafts."""
     family = get_family(family_name)
     problems = family.problems("heldout", 20, seed=4242)
-    parallel = DecodeConfig(method="dynamic", block_length=16, threshold=0.3, max_new_tokens=64)
-    exact = preset_config("sdar-b", max_new_tokens=64, verify=dict(acceptance="greedy"))  # B=16
-    ar = [generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=64)) for p in problems]
+    parallel = DecodeConfig(method="dynamic", block_length=16, threshold=0.3, max_new_tokens=BUDGET)
+    exact = preset_config("exact", block_length=16, steps=16, max_new_tokens=BUDGET)
+    ar = [generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET)) for p in problems]
     broken = [generate(bundled, p.prompt, parallel) for p in problems]
     repaired = [generate(bundled, p.prompt, exact) for p in problems]
     solved = {
@@ -102,6 +106,39 @@ def test_task_splits_are_disjoint_and_scorers_are_exact():
     first, *_ = team.meta["candidates"]
     repeated = f"The team is {' and '.join([first] * team.meta['picks'])}. Go {first}!"
     assert parse_team(repeated) is not None and not get_family("team").score(team, repeated)
+
+
+def test_chains_answers_are_long_worked_lines_named_after_the_step_they_work():
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL)
+    chains = get_family("chains")
+    problems = chains.problems("heldout", 200, seed=5)
+    lengths = [len(tokenizer(p.reference)["input_ids"]) for p in problems]
+    assert min(lengths) >= 48 and max(lengths) <= 150 and sorted(lengths)[len(lengths) // 2] >= 75
+    assert all(4 <= p.meta["steps"] <= 8 for p in problems)
+    for p in problems[:50]:
+        *lines, last = p.reference.split(". ")
+        assert last == f"The answer is {p.meta['answer']}."
+        totals = {}
+        for line in lines:  # each line's first operand is its person's total from their previous line
+            name, _, equation = line.partition(": ")
+            before, _, after = equation.partition(" = ")
+            first = int(before.split(" ")[0])
+            assert name in p.prompt and totals.get(name, first) == first
+            totals[name] = int(after.rstrip("."))
+        assert totals[p.meta["asked"]] == p.meta["answer"]
+    wrong = problems[0].reference.replace(f"is {problems[0].meta['answer']}.", f"is {problems[0].meta['answer'] + 1}.")
+    assert not chains.score(problems[0], wrong)
+
+
+def test_training_batches_fill_whole_blocks_of_every_trained_length(tokenizer):
+    import torch
+
+    from s2d2.train import make_batch
+
+    texts = [next(ProblemStream({"chains": 1.0}, seed=1)) for _ in range(3)]
+    for block_length in (1, 16, 32):
+        ids, targets, noise = make_batch(texts, tokenizer, block_length, 2, 1, torch.Generator().manual_seed(0))
+        assert targets.shape[1] % max(16, block_length) == 0 and ids.shape[1] == 2 * targets.shape[1]
 
 
 def test_a_few_training_steps_run_and_resume(tmp_path):
