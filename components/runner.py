@@ -42,7 +42,7 @@ DASHBOARD_DEFAULTS = {
     "cache_ver": True,
     "draft_ver": True,
     "lookahead": True,
-    "max_new_tokens": 64,
+    "max_new_tokens": 160,  # the bundled model's longest answers (chains) are under 140 tokens
 }
 # Slider ranges narrower than the engine's bounds (a 1..2²⁰ slider is unusable).
 SLIDER_MAX = {"block_length": 64, "tau_span": 64, "max_new_tokens": 256, "max_post_steps": 16}

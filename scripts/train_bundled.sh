@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce the bundled model (assets/model, version 3) on a CPU: about 100 minutes on 2 cores.
+# Reproduce the bundled model (assets/model, version 3) on a CPU: about 100 minutes on one core.
 #
 # Version 3 is version 2's weights (this repository's history at commit 0c19c62, whose copy of this
 # script retrains version 2 from version 1) trained one more stage on the long-answer `chains`
@@ -8,11 +8,12 @@
 # (every 50 steps) instead of starting over. The last step scores AR greedy decoding on 500 held-out
 # problems per family; copy runs/bundled-v3/checkpoint/* into assets/model to use the result.
 #
-#   scripts/train_bundled.sh            # PYTHON=... to choose the interpreter, RUNS=... the output folder
+#   scripts/train_bundled.sh   # PYTHON=... the interpreter, RUNS=... the output folder, THREADS=N torch threads
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 runs=${RUNS:-runs}
+threads=${THREADS:-0}  # 0: torch's default (every core)
 v2_commit=0c19c62
 
 if [ ! -f "$runs/bundled-v2-final/model.safetensors" ]; then
@@ -26,10 +27,10 @@ fi
 
 # One stage: 60% chains batches (the long answers dominate the time), one family per batch, batch 32,
 # block lengths up to 32, learning rate 5e-4 with cosine decay.
-"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 1000 \
+"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 700 \
   --batch-size 32 --lr 5e-4 --warmup 50 --min-lr 2e-5 --max-positions 512 \
   --family-weights chains=0.6,arith=0.15,team=0.25 --batch-by-family \
   --block-lengths 1,2,4,8,16,32 --block-weights 0.25,0.05,0.15,0.15,0.2,0.2 --seed 5 \
-  --checkpoint-every 50 --eval-every 250 --eval-problems 30 --resume
+  --checkpoint-every 50 --eval-every 200 --eval-problems 30 --threads "$threads" --resume
 
 "$python" -m s2d2.evaluate --model "$runs/bundled-v3/checkpoint" --problems 500 --methods AR

@@ -206,7 +206,7 @@ def test_settings_by_name_give_one_line_messages():
             build_configs(resolve(given=given))
     with pytest.raises(ValueError, match="unknown preset 'sdar-z'"):
         resolve("sdar-z")
-    assert resolve("sdar-a")["block_length"] == 4 and resolve("sdar-a")["max_new_tokens"] == 64
+    assert resolve("sdar-a")["block_length"] == 4 and resolve("sdar-a")["max_new_tokens"] == 160
 
 
 def test_bad_files_get_a_message_that_names_the_problem(tmp_path, runs):
