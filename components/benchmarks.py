@@ -10,6 +10,9 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from s2d2.config import DecodeConfig
+from s2d2.policies import always_verifies
+
 from .figures import FONT, empty_figure
 
 GROUP_STYLE = {
@@ -18,8 +21,17 @@ GROUP_STYLE = {
     "dynamic B=4": ("#93c5fd", "circle"),
     "dynamic B=16": ("#2563eb", "circle"),
     "dynamic": ("#3b82f6", "circle"),
-    "S2D2": ("#16a34a", "diamond"),
+    "S2D2": ("#16a34a", "hexagon"),  # a run whose configuration the summary does not record
 }
+# S2D2 configurations: the router picks the colour, the acceptance test the shape, lookahead an open marker.
+ROUTER_STYLE = {
+    "always": ("always", "#16a34a"),
+    "min_span": ("min span", "#db2777"),
+    "score": ("score", "#7c3aed"),
+    "hysteresis": ("hysteresis", "#92400e"),
+    "ucb": ("UCB", "#dc2626"),
+}
+ACCEPTANCE_SYMBOL = {"stochastic": "diamond", "greedy": "triangle-up"}
 AXES = {
     "nfe": ("nfe_per_problem", "forwards (NFE) per problem"),
     "wall": ("wall_per_problem", "wall seconds per problem"),
@@ -34,37 +46,98 @@ def method_group(name: str) -> str:
     return "S2D2"
 
 
+def s2d2_kind(row: dict) -> tuple[str, str, bool] | None:
+    """(router, acceptance, lookahead) of an S2D2 row, from the config the benchmark recorded.
+
+    The router is ``always`` whenever the settings verify every span, whatever the policy's name
+    (the score router with ``c = 0`` does). ``None`` when the row is not an S2D2 run or has no readable
+    config (a summary written by another version of the bench); it is then drawn as plain S2D2.
+    """
+    try:
+        config = DecodeConfig.from_dict(row["config"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if config.method != "s2d2":
+        return None
+    verify = config.verify
+    router = "always" if always_verifies(verify) else verify.policy
+    return router, verify.acceptance, bool(config.lookahead)
+
+
+def kind_style(router: str, acceptance: str, lookahead: bool) -> tuple[str, dict]:
+    """Legend name and marker of one kind of S2D2 configuration."""
+    name, color = ROUTER_STYLE[router]
+    symbol = ACCEPTANCE_SYMBOL[acceptance] + ("-open" if lookahead else "")
+    return f"S2D2 {name}, {acceptance}" + (" + lookahead" if lookahead else ""), dict(color=color, symbol=symbol)
+
+
+def marker_groups(rows: list[dict]) -> list[tuple[str, dict, list[dict]]]:
+    """(legend name, marker, rows) per legend entry: the baselines by group, then S2D2 by kind of configuration."""
+    groups = []
+    for group, (color, symbol) in GROUP_STYLE.items():
+        members = [r for r in rows if method_group(r["method"]) == group]
+        if group != "S2D2":
+            groups.append((group, dict(color=color, symbol=symbol), members))
+            continue
+        kinds: dict = {}
+        for r in members:
+            kinds.setdefault(s2d2_kind(r), []).append(r)
+        groups.append((group, dict(color=color, symbol=symbol), kinds.pop(None, [])))
+        routers, acceptances = list(ROUTER_STYLE), list(ACCEPTANCE_SYMBOL)
+        for kind in sorted(kinds, key=lambda k: (routers.index(k[0]), acceptances.index(k[1]), k[2])):
+            groups.append((*kind_style(*kind), kinds[kind]))
+    return [g for g in groups if g[2]]
+
+
 def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.Figure:
     """Average accuracy against cost, one marker per method, grouped and coloured by kind."""
     if not rows:
         return empty_figure("No benchmark results loaded.")
     key, label = AXES[axis]
     fig = go.Figure()
-    for group, (color, symbol) in GROUP_STYLE.items():
-        members = sorted((r for r in rows if method_group(r["method"]) == group), key=lambda r: r[key])
-        if not members:
-            continue
+    groups = marker_groups(rows)
+    for name, style, members in groups:
+        members = sorted(members, key=lambda r: r[key])
+        is_open = style["symbol"].endswith("-open")
         fig.add_trace(
             go.Scatter(
                 x=[r[key] for r in members],
                 y=[100 * r["accuracy"] for r in members],
-                mode="markers+lines" if group.startswith("dynamic") else "markers",
-                line=dict(color=color, width=1, dash="dot"),
-                marker=dict(color=color, symbol=symbol, size=12, line=dict(color="white", width=1)),
-                name=group,
+                mode="markers+lines" if name.startswith("dynamic") else "markers",
+                line=dict(color=style["color"], width=1, dash="dot"),
+                marker=dict(
+                    **style,
+                    size=12,
+                    line=dict(color=style["color"], width=2) if is_open else dict(color="white", width=1),
+                ),
+                name=name,
                 text=[r["method"] for r in members],
                 hovertemplate="%{text}<br>accuracy %{y:.1f}%<br>" + label + " %{x:.3g}<extra></extra>",
             )
         )
     fig.update_xaxes(title_text=label, type="log", gridcolor="#e2e8f0")
     fig.update_yaxes(title_text="accuracy, average over task families (%)", gridcolor="#e2e8f0")
+    legend_rows = (len(groups) + 1) // 2
+    kinds_shown = any(name.startswith("S2D2 ") for name, _, _ in groups)
     fig.update_layout(
         title=dict(text=title or f"Accuracy against {label}", x=0.01, font=dict(size=15)),
-        height=460,
+        height=400 + 24 * legend_rows,
         font=FONT,
         paper_bgcolor="white",
         plot_bgcolor="white",
-        legend=dict(orientation="h", y=-0.18, x=0),
+        # Two columns keep the legend short under a half-width plot; kinds come in order, lookahead after.
+        legend=dict(
+            orientation="h",
+            entrywidth=0.5,
+            entrywidthmode="fraction",
+            yanchor="top",
+            y=-0.16,
+            x=0,
+            font=dict(size=11),
+            title=dict(
+                text="S2D2: router, acceptance test, + lookahead (open marker)" if kinds_shown else "", side="top"
+            ),
+        ),
         margin=dict(l=60, r=20, t=60, b=40),
     )
     return fig
@@ -114,7 +187,7 @@ def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
         fig = frontier_figure(rows, axis, f"Accuracy against {AXES[axis][1]} ({subtitle})")
         fig.write_html(out / f"frontier_{axis}.html", include_plotlyjs="cdn")
         try:
-            fig.write_image(out / f"frontier_{axis}.png", width=1000, height=520, scale=2)
+            fig.write_image(out / f"frontier_{axis}.png", width=1000, height=fig.layout.height, scale=2)
         except Exception as err:  # kaleido needs a browser; the HTML is the primary output
             print(f"note: PNG not written for {axis} ({type(err).__name__}: {err}); the HTML is in {out}")
 

@@ -265,3 +265,77 @@ def test_stream_yields_partial_traces_then_the_result(tiny_model):
         assert "tok" in views
         if item.name != "AR":
             trajectory_figure(item.trace, "partial", item.name)
+
+
+def test_frontier_gives_each_kind_of_s2d2_configuration_its_own_legend_entry():
+    from components.benchmarks import frontier_figure
+    from s2d2.config import DecodeConfig, VerifyConfig
+
+    def row(method, nfe, config=None, **verify):
+        config = config or DecodeConfig(method="s2d2", verify=VerifyConfig(**verify))
+        return {
+            "method": method,
+            "accuracy": 0.9,
+            "nfe_per_problem": nfe,
+            "wall_per_problem": 0.1,
+            "config": config.to_dict(),
+        }
+
+    always = DecodeConfig(method="s2d2", verify=VerifyConfig(policy="score", c=0.0))
+    rows = [
+        row("AR", 20, DecodeConfig(method="ar")),
+        row("S2D2 B=4 always (c=0)", 6, always),
+        row("S2D2 B=16 always (c=0)", 5, always.replace(block_length=16)),
+        row("S2D2 B=4 always (c=0) + lookahead", 5.5, always.replace(lookahead=True)),
+        row(
+            "S2D2 B=4 always, greedy acceptance",
+            6.2,
+            always.replace(verify=VerifyConfig(policy="score", c=0.0, acceptance="greedy")),
+        ),
+        row("S2D2 B=4 score c=1", 7, policy="score", c=1.0),
+        row("S2D2 B=4 min span 2", 8, policy="min_span", tau_span=2),
+        row("S2D2 B=4 hysteresis", 9, policy="hysteresis"),
+        {"method": "S2D2 from an older summary", "accuracy": 0.8, "nfe_per_problem": 4, "wall_per_problem": 0.1},
+    ]
+    fig = frontier_figure(rows, "nfe")
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name) == [
+        "AR",
+        "S2D2",
+        "S2D2 always, stochastic",
+        "S2D2 always, stochastic + lookahead",
+        "S2D2 always, greedy",
+        "S2D2 min span, stochastic",
+        "S2D2 score, stochastic",
+        "S2D2 hysteresis, stochastic",
+    ]
+    # c = 0 verifies every span, so those runs are "always" whatever the router's name; B=4 and B=16 share a marker.
+    assert list(by_name["S2D2 always, stochastic"].text) == ["S2D2 B=16 always (c=0)", "S2D2 B=4 always (c=0)"]
+    assert list(by_name["S2D2"].text) == ["S2D2 from an older summary"]  # no config: drawn as before
+    markers = {name: (t.marker.color, t.marker.symbol) for name, t in by_name.items()}
+    assert len(set(markers.values())) == len(markers)  # a reader can tell every legend entry apart
+    assert markers["S2D2 always, stochastic + lookahead"] == ("#16a34a", "diamond-open")
+    assert markers["S2D2 always, greedy"][1] == "triangle-up"
+    assert fig.layout.legend.title.text.startswith("S2D2: router, acceptance test")
+
+
+def test_every_router_has_a_colour_and_every_acceptance_test_a_marker():
+    from components.benchmarks import ACCEPTANCE_SYMBOL, ROUTER_STYLE
+    from s2d2.acceptance import ACCEPTANCE_MODES
+    from s2d2.policies import POLICIES
+
+    assert set(ROUTER_STYLE) == set(POLICIES)
+    assert set(ACCEPTANCE_SYMBOL) == set(ACCEPTANCE_MODES)
+    assert len({color for _, color in ROUTER_STYLE.values()}) == len(ROUTER_STYLE)
+
+
+def test_benchmark_table_headers_break_only_between_words():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    css = (root / "assets" / "style.css").read_text(encoding="utf-8")
+    rules = dict(re.findall(r"(#bench-table[^{]*)\{([^}]*)\}", css))
+    header = rules["#bench-table .header-cell .header "]
+    assert "word-break: normal !important" in header and "overflow-wrap: normal !important" in header
+    assert "width: 16rem" in rules["#bench-table .header-cell.first-column "]  # the method column wraps its names
+    assert 'elem_id="bench-table"' in (root / "app.py").read_text(encoding="utf-8")
