@@ -54,12 +54,14 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
 def scaling_figure(rows: list[dict], meta: dict, family: str = "chains") -> go.Figure:
     """Figure 3: accuracy on ``family`` against block size, one line per decoder."""
     choice = {int(B): name for B, name in (meta.get("dynamic_best_tau") or {}).items()}
-    series = scaling_series(rows, choice, family)
+    series = {
+        label: [p for p in points if p["accuracy"] is not None]
+        for label, points in scaling_series(rows, choice, family).items()
+    }
     if not any(series.values()):
         return empty_figure(f"No block-size sweep on {family} in this benchmark.")
     fig = go.Figure()
     for label, points in series.items():
-        points = [p for p in points if p["accuracy"] is not None]
         if not points:
             continue
         color, symbol, dash = SERIES_STYLE[label]
@@ -71,7 +73,7 @@ def scaling_figure(rows: list[dict], meta: dict, family: str = "chains") -> go.F
                 name=label,
                 line=dict(color=color, width=2, dash=dash),
                 marker=dict(color=color, symbol=symbol, size=12, line=dict(color="white", width=1)),
-                text=[f"{p['method']}<br>{p['nfe']:.1f} forwards / problem" for p in points],
+                text=[p["method"] if p["nfe"] is None else f"{p['method']}<br>{p['nfe']:.1f} forwards / problem" for p in points],
                 hovertemplate="%{text}<br>accuracy %{y:.1f}%<extra></extra>",
             )
         )
@@ -88,7 +90,7 @@ def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
         return empty_figure("This benchmark scored no AR energies (run s2d2.bench from this version).")
     fig = go.Figure()
     for name, color in shown:
-        energies = by_name[name]["ar_energy_by_family"]
+        energies = by_name[name].get("ar_energy_by_family", {})
         fig.add_trace(
             go.Bar(
                 x=families,

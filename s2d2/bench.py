@@ -108,7 +108,7 @@ def scaling_series(rows: list[dict], dynamic_choice: dict[int, str], family: str
         points = [(B, by_name[n]) for B, n in names.items() if n in by_name]
         out[label] = [
             {"block_length": B, "method": r["method"], "accuracy": r["accuracy_by_family"].get(family),
-             "nfe": r["nfe_by_family"].get(family)}
+             "nfe": r.get("nfe_by_family", {}).get(family)}
             for B, r in points
         ]  # fmt: skip
     return out

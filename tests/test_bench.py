@@ -44,7 +44,7 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     for axis in ("nfe", "wall"):
         assert (single / f"frontier_{axis}.html").stat().st_size > 1000
     fig = frontier_figure(summary["methods"], "nfe")
-    assert sorted(t.name for t in fig.data) == ["AR", "S2D2"]
+    assert sorted(t.name for t in fig.data) == ["AR", "S2D2 always, stochastic + lookahead"]
     assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
 
 
@@ -75,7 +75,7 @@ def test_dashboard_benchmarks_tab_loads_a_saved_summary(single, tmp_path):
     assert "problems per family" in status
     assert {t.name for t in energy.data} == {"AR"}  # the tiny grid has none of the other Figure 2 methods
     assert list(energy.data[0].x) == ["arith", "team", "chains"]
-    assert {t.name for t in nfe.data} == {"AR", "S2D2"} and len(wall.data) == 2
+    assert {t.name for t in nfe.data} == {"AR", "S2D2 always, stochastic + lookahead"} and len(wall.data) == 2
     assert len(table) == 2
     bad = tmp_path / "other.json"
     bad.write_text('{"not": "a summary"}')
