@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print, per block, the order in which positions were committed and how",
     )
+    gen.add_argument(
+        "--inspect",
+        type=int,
+        metavar="POSITION",
+        help="print the decision at this generated position (from 0) for every step that drafted or committed it",
+    )
     add_arguments(gen.add_argument_group("decoding settings (declared on the config dataclasses)"))
     return parser
 
@@ -38,6 +44,7 @@ def config_from_args(args: argparse.Namespace) -> DecodeConfig:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from .decisions import describe_position
     from .decode import generate
     from .models import DEFAULT_MODEL, load_model
     from .trace import forward_stats
@@ -69,6 +76,8 @@ def run_generate(args: argparse.Namespace) -> int:
         print(config.exactness().describe())
     if args.forward_stats:
         print(forward_stats(trace))
+    if args.inspect is not None:
+        print(describe_position(trace, args.inspect))
     if args.trace_out:
         trace.save(args.trace_out)
         print(f"trace written to {args.trace_out}", file=sys.stderr)

@@ -27,6 +27,10 @@ class SpanVerdict:
     draft was accepted). ``q_draft`` (the verifier's probability of each
     draft), ``ratio`` (the acceptance probability ``min(1, (q/p)^γ)``),
     ``energy`` and ``residual_mass`` are per span position, for the trace.
+    ``uniform`` holds the draws ``u`` the stochastic test compared against
+    the acceptance probability (``None`` when greedy) and ``residual`` the
+    normalised ``(q − p)+`` at the first rejected position (all zeros where
+    the residual is empty), so the trace can show why each draft was decided.
     """
 
     accepted: torch.Tensor
@@ -36,6 +40,8 @@ class SpanVerdict:
     accept_probability: torch.Tensor
     energy: torch.Tensor
     residual_mass: torch.Tensor
+    uniform: torch.Tensor | None
+    residual: torch.Tensor
 
 
 def residual_energy(p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
@@ -83,20 +89,23 @@ def verify_drafts(
     is resampled. No host sync.
     """
     p_x, q_x, ratio, probability = draft_ratios(drafts, p, q, tempering)
+    draws = None
     if mode == "greedy":
         accept = drafts == q.argmax(dim=-1)
     else:
-        accept = uniform(drafts.shape[0], generator, drafts.device) < probability
+        draws = uniform(drafts.shape[0], generator, drafts.device)
+        accept = draws < probability
     accepted = accept.long().cumprod(dim=0).sum()
     first_rejection = accepted.clamp_max(drafts.shape[0] - 1).reshape(1)
     residual = (q - p).clamp_min(0)
     q_row = q.index_select(0, first_rejection)
+    row = residual.index_select(0, first_rejection)
+    normalised = row / row.sum(dim=-1, keepdim=True).clamp_min(1e-30)
     if mode == "greedy":
         correction = q_row.argmax(dim=-1)
     else:
-        row = residual.index_select(0, first_rejection)
         total = row.sum(dim=-1, keepdim=True)
-        correction = sample(torch.where(total > 0, row / total.clamp_min(1e-30), q_row), generator, greedy=False)
+        correction = sample(torch.where(total > 0, normalised, q_row), generator, greedy=False)
     return SpanVerdict(
         accepted=accepted,
         correction=correction[0],
@@ -105,4 +114,6 @@ def verify_drafts(
         accept_probability=probability,
         energy=residual_energy(p_x, q_x),
         residual_mass=residual.sum(dim=-1),
+        uniform=draws,
+        residual=normalised[0],
     )

@@ -279,6 +279,15 @@ class DecodeConfig:
     seed: int = setting(
         0, "Seed", "random seed (sampling and stochastic acceptance)", minimum=0, maximum=2**63 - 1, group="sampling"
     )
+    trace_top_k: int = setting(
+        5,
+        "Trace top-k",
+        "record the k most likely tokens of p, q and the residual at every drafted position, with u and the "
+        "acceptance probability: what the dashboard's inspector and --inspect show (0 = off)",
+        minimum=0,
+        maximum=100,
+        group="advanced",
+    )
 
     def __post_init__(self) -> None:
         check_declared(self)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 2 had no ``exactness``; it is derived from the stored config when such a trace is read.
-READABLE_VERSIONS = (2, 3)
+# Version 3 had no decision detail (top-k of p, q and the residual, u, the rule's threshold): it reads as it is,
+# keeping its version, so the inspector can say the detail was never recorded.
+READABLE_VERSIONS = (2, 3, 4)
+DETAIL_VERSION = 4  # the first version whose traces record the decision at each position
 
 FORWARD_KINDS = ("prefill", "draft", "verify", "commit")
 
@@ -57,6 +60,13 @@ class PositionRecord:
     ``residual_mass`` are set only where the verifier looked; ``outcome`` only
     where this step committed the position (``committed`` is then the token
     that went in, which differs from ``token`` after a rejection).
+
+    The decision itself, recorded when ``trace_top_k`` > 0: ``p_top`` and
+    ``q_top`` are the k most likely ``[token, probability]`` of the drafter and
+    the verifier, ``residual_top`` those of the normalised ``(q − p)+`` at a
+    rejected position (the distribution a replacement is drawn from), ``u`` the
+    uniform draw of the stochastic test and ``accept_probability`` the
+    ``min(1, (q/p)^γ)`` it was compared with.
     """
 
     position: int
@@ -68,6 +78,11 @@ class PositionRecord:
     residual_mass: float | None = None
     outcome: str | None = None
     committed: int | None = None
+    p_top: list | None = None
+    q_top: list | None = None
+    residual_top: list | None = None
+    u: float | None = None
+    accept_probability: float | None = None
 
 
 @dataclass
@@ -98,7 +113,12 @@ class RouteRecord:
 
 @dataclass
 class StepRecord:
-    """One denoising step of one block."""
+    """One denoising step of one block.
+
+    ``rule`` is the diffusion rule this step would commit with (a baseline's
+    every commit, S2D2's skips and fallbacks): ``{"rule", "minimum"}`` plus the
+    dynamic rule's confidence ``threshold`` or the entropy rule's ``budget``.
+    """
 
     block: int
     step: int
@@ -108,6 +128,7 @@ class StepRecord:
     route: RouteRecord | None = None
     accepted: int | None = None
     edits: list[EditRecord] = field(default_factory=list)
+    rule: dict | None = None
 
     @property
     def committed(self) -> list[PositionRecord]:
@@ -180,7 +201,7 @@ class Trace:
             readable = ", ".join(map(str, READABLE_VERSIONS))
             raise ValueError(f"trace schema version {version!r} is not supported (this build reads {readable})")
         if version == 2:
-            data = {**data, "exactness": _exactness_of(data.get("config")), "schema_version": SCHEMA_VERSION}
+            data = {**data, "exactness": _exactness_of(data.get("config")), "schema_version": 3}
         missing = [f.name for f in fields(cls) if f.name not in data]
         if missing:
             raise ValueError(f"not an S2D2 trace: missing {', '.join(missing)}")
