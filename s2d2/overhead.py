@@ -2,6 +2,7 @@
 
     python -m s2d2.overhead --new-tokens 256 --repeats 3
     python -m s2d2.overhead --forward-cost
+    python -m s2d2.overhead --recording-cost
 
 Builds an untrained model of the bundled model's shape (nothing is
 downloaded), decodes ``--new-tokens`` tokens with each method (stop tokens
@@ -9,6 +10,11 @@ disabled so every run is the same length) and prints, per method, the share of
 decode wall time spent outside model forwards: mask building, sampling,
 routing, acceptance and trace recording. Each run is timed after a warm-up and
 the median of the repeats is reported.
+
+``--recording-cost`` instead decodes each method with ``trace_top_k`` = 5
+and = 0, alternating, and prints what recording the decision (the top-k of
+``p``, ``q`` and the residual, ``u``) adds to decode wall time; the target is
+at most 5%.
 
 ``--forward-cost`` instead times draft-shaped forwards of n new tokens over a
 cached context on the *bundled* model and fits ``seconds ≈ a + b·n``: the
@@ -18,6 +24,7 @@ per-forward and per-token costs of the cost model in docs/BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import statistics
 import tempfile
@@ -47,6 +54,26 @@ def method_configs(new_tokens: int) -> dict[str, DecodeConfig]:
             method="s2d2", block_length=16, max_new_tokens=new_tokens, verify=VerifyConfig(policy="ucb")
         ),
     }
+
+
+def print_recording_cost(model, prompt: list[int], new_tokens: int, repeats: int, top_k: int) -> None:
+    """Median decode wall time with the decision recorded (``trace_top_k = top_k``) against without (``0``).
+
+    The two settings alternate run by run after one warm-up each, so a machine
+    that slows down meanwhile (another process, thermal limits) burdens both alike.
+    """
+    print(f"| method | wall s, top-k {top_k} | wall s, top-k 0 | recording costs |")
+    print("|---|---:|---:|---:|")
+    for name, config in method_configs(new_tokens).items():
+        configs = {k: dataclasses.replace(config, trace_top_k=k) for k in (top_k, 0)}
+        for c in configs.values():
+            Decoder(model, c).run(prompt)
+        times: dict[int, list[float]] = {k: [] for k in configs}
+        for _ in range(repeats):
+            for k, c in configs.items():
+                times[k].append(Decoder(model, c).run(prompt).summary.wall_seconds)
+        with_k, without = statistics.median(times[top_k]), statistics.median(times[0])
+        print(f"| {name} | {with_k:.3f} | {without:.3f} | {with_k / without - 1:+.1%} |")
 
 
 def forward_cost(model, context: int, token_counts: list[int], repeats: int) -> list[tuple[int, float]]:
@@ -98,6 +125,12 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=TrainConfig.layers)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--forward-cost", action="store_true", help="time forwards against tokens and fit a line")
+    parser.add_argument(
+        "--recording-cost",
+        action="store_true",
+        help="time each method with trace_top_k = --top-k and = 0: what recording the decision costs",
+    )
+    parser.add_argument("--top-k", type=int, default=5, help="trace_top_k of --recording-cost (default 5)")
     args = parser.parse_args(argv)
     if args.forward_cost:
         print_forward_cost(args.repeats)
@@ -118,6 +151,9 @@ def main(argv=None) -> None:
     print(f"# decode overhead: {params / 1e6:.1f}M-parameter random model, {args.new_tokens} new tokens, "
           f"median of {args.repeats} runs after a warm-up, {args.device}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")  # fmt: skip
+    if args.recording_cost:
+        print_recording_cost(model, prompt, args.new_tokens, args.repeats, args.top_k)
+        return
     print("| method | NFE | wall s | forward s | outside forwards |")
     print("|---|---:|---:|---:|---:|")
     for name, config in method_configs(args.new_tokens).items():
