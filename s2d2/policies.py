@@ -104,8 +104,8 @@ class Policy(ABC):
     def decide(self, ctx: RouteContext) -> RouteRecord:
         """Verify or skip this step's span, with the inputs recorded."""
 
-    def observe(self, route: RouteRecord, committed: int) -> None:  # noqa: B027 - a no-op unless the policy learns
-        """Reward feedback after the step; only learning policies use it."""
+    def observe(self, route: RouteRecord, committed: int, forwards: int) -> None:  # noqa: B027 - no-op unless it learns
+        """Feedback after the step: tokens committed, forwards spent; only learning policies use it."""
 
     @classmethod
     def always_verifies(cls, verify) -> bool:
@@ -222,8 +222,9 @@ class UCBPolicy(Policy):
 
     The context is a bucket of (span length, block progress, mean normalised
     entropy), each cut into equal bins. The reward of a step is the tokens it
-    committed per forward it spent (a verification spends two), so the bandit
-    learns where verification pays for itself.
+    committed per forward it spent (a verification spends two, one when its
+    lookahead saves the next forward), so the bandit learns where verification
+    pays for itself.
     """
 
     name = "ucb"
@@ -272,11 +273,11 @@ class UCBPolicy(Policy):
             },
         )
 
-    def observe(self, route, committed):
+    def observe(self, route, committed, forwards):
         arm = int(route.verify)
         bucket = route.detail["bucket"]
         self.counts[arm][bucket] += 1
-        self.rewards[arm][bucket] += committed / (2 if route.verify else 1)
+        self.rewards[arm][bucket] += committed / forwards
 
 
 _POLICY_CLASSES = {

@@ -253,6 +253,35 @@ def test_fast_dllm_commits_a_blocks_first_token_from_the_previous_row_before_dra
         assert first.positions[0].committed == int(autoregressive_distribution(model, context).argmax())
 
 
+def test_fast_dllm_stops_on_a_carried_stop_token_before_any_forward(family_models):
+    """When a block's carried first token is a stop token the run ends there, as in the official code:
+    no draft or verification is spent on a block that is already over."""
+    model = family_models["fast_dllm_v2"]
+    B, prompt = 4, random_prompts(model, 1, seed=5)[0][:7]
+    free = generate(model, prompt, DecodeConfig(method="ar", max_new_tokens=16)).output_ids
+    k = next(k for k in range(1, len(free)) if (len(prompt) + k) % B == 0 and free[k] not in free[:k])
+    stopper = with_stop_tokens(model, [free[k]])
+    for config in (DecodeConfig(method="dynamic", block_length=B, max_new_tokens=16, cache_ver=True),
+                   exact_greedy_s2d2(B, max_new_tokens=16)):  # fmt: skip
+        trace = generate(stopper, prompt, config)
+        assert trace.output_ids == free[: k + 1] and trace.stop_reason == "stop_token"
+        last = trace.steps[-1]
+        assert [p.outcome for p in last.positions] == ["carried"]
+        assert all(f.block < last.block for f in trace.forwards), "a forward ran in the block the carried token ended"
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2"])
+def test_checkpoints_with_sliding_window_attention_are_refused(family_paths, tiny_path, tmp_path, family):
+    """Cropping the KV cache cannot undo a sliding window's evictions: such a checkpoint must not load."""
+    path = tmp_path / family
+    shutil.copytree({**family_paths, "sdar": tiny_path}[family], path)
+    config = json.loads((path / "config.json").read_text())
+    config.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="sliding-window attention .layers 1, window 16. is not supported"):
+        load_model(str(path), device="cpu")
+
+
 def with_stop_tokens(model, stops: list[int]):
     """The same loaded model with other stop tokens (adapters read them per decode)."""
     clone = object.__new__(type(model))

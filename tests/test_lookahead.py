@@ -185,3 +185,35 @@ def test_lookahead_threshold_carries_fewer_lookaheads_and_changes_no_output(tiny
         )
     assert carried[0.5][1] == carried[0.0][1]
     assert carried[0.5][0] < carried[0.0][0]
+
+
+def test_no_sub_block_lookahead_is_carried_past_the_budget(agreeing_model):
+    """The budget ends with a sub-block: a lookahead there would draft positions nothing decodes."""
+    agreeing_model.stop_token_ids = []
+    prompt = random_prompts(agreeing_model, 1, seed=7)[0][:5]
+    config = DecodeConfig(**{**SDAR_LIKE, "max_new_tokens": 23}, sub_block_length=4, lookahead=True,
+                          verify=GREEDY_EXACT)  # fmt: skip
+    trace = generate(agreeing_model, prompt, config)
+    assert (len(prompt) + config.max_new_tokens) % config.block_length == 4  # it ends mid-block, at a sub-block
+    assert trace.summary.lookaheads_used > 0 and trace.summary.lookaheads_discarded == 0
+
+
+def test_ucb_charges_a_verification_one_forward_when_its_lookahead_is_used(agreeing_model):
+    """The bandit's reward is tokens per forward actually spent: a used lookahead saves one."""
+    agreeing_model.stop_token_ids = []
+    config = DecodeConfig(method="s2d2", block_length=4, cache_ver=True, lookahead=True, max_new_tokens=24,
+                          verify=VerifyConfig(policy="ucb", acceptance="greedy"))  # fmt: skip
+    decoder = Decoder(agreeing_model, config)
+    trace = decoder.run(random_prompts(agreeing_model, 1, seed=9)[0])
+    charged = {True: 0.0, False: 0.0}
+    used = 0
+    for step in trace.steps:
+        if step.route is None:
+            continue
+        carried = any(trace.forwards[f].lookahead is not None for f in step.forwards)
+        saved = carried and step.accepted == step.route.span_length
+        used += saved
+        charged[step.route.verify] += len(step.committed) / (1 + step.route.verify - saved)
+    assert used > 0
+    assert sum(decoder.policy.rewards[1]) == pytest.approx(charged[True])
+    assert sum(decoder.policy.rewards[0]) == pytest.approx(charged[False])

@@ -135,12 +135,12 @@ def test_ucb_bandit_update():
     policy = UCBPolicy(VerifyConfig(policy="ucb"))
     first = policy.decide(ctx(1.0))
     assert first.verify is True  # unexplored arms tie at +inf: verify
-    policy.observe(first, committed=4)  # 4 tokens for 2 forwards
+    policy.observe(first, committed=4, forwards=2)
     bucket = first.detail["bucket"]
     assert policy.counts[1][bucket] == 1 and policy.rewards[1][bucket] == 2.0
     second = policy.decide(ctx(1.0))
     assert second.verify is False  # skip arm still unexplored
-    policy.observe(second, committed=1)
+    policy.observe(second, committed=1, forwards=1)
     assert policy.rewards[0][bucket] == 1.0
     third = policy.decide(ctx(1.0))
     assert third.verify is True  # verify has the higher mean with equal bonuses

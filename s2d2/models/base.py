@@ -225,8 +225,10 @@ class BlockDiffusionModel(ABC):
     def load(cls, source: str, config: dict, tokenizer, device, dtype, name: str, **load_kwargs) -> BlockDiffusionModel:
         """The one loader every family shares: stock class, stock config, the family's token ids."""
         cls.prepare_loading()
+        stock = cls.stock_config(config)
+        refuse_sliding_window(stock)
         model = from_pretrained_stock(
-            cls.stock_class, source, cls.stock_config(config), device, dtype, strict=cls.strict_weights, **load_kwargs
+            cls.stock_class, source, stock, device, dtype, strict=cls.strict_weights, **load_kwargs
         )
         mask = mask_token_id(config, tokenizer, default=cls.default_mask_token_id)
         stops = stop_token_ids(config, tokenizer, defaults=cls.default_stop_token_ids)
@@ -409,6 +411,23 @@ class BlockDiffusionModel(ABC):
             torch.cuda.synchronize(self.device)
         session.record(kind, tokens, time.perf_counter() - start)
         return out
+
+
+def refuse_sliding_window(stock_config) -> None:
+    """Refuse a network with sliding-window attention layers.
+
+    The engine drops the KV a forward must not keep by cropping the cache's
+    end. A sliding-window layer's cache holds only the last ``window``
+    positions and evicts older ones as it grows, which a crop cannot undo.
+    Until that is handled, such checkpoints fail to load rather than decode wrongly.
+    """
+    sliding = [i for i, kind in enumerate(getattr(stock_config, "layer_types", None) or ()) if kind != "full_attention"]
+    if sliding:
+        raise ValueError(
+            f"sliding-window attention (layers {', '.join(map(str, sliding))}, window "
+            f"{getattr(stock_config, 'sliding_window', None)}) is not supported: the engine crops the KV cache, "
+            "which a sliding window breaks; use a checkpoint with use_sliding_window false"
+        )
 
 
 def from_pretrained_stock(
