@@ -26,6 +26,7 @@ import torch
 from . import trace as tr
 from .acceptance import draft_ratios, residual_energy, residual_mass, verify_drafts
 from .config import DecodeConfig
+from .decisions import top_k_columns, top_pairs
 from .models.base import BlockDiffusionModel, KVSession, Lookahead
 from .policies import (
     RouteContext,
@@ -152,6 +153,7 @@ class Draft:
     confidence: torch.Tensor
     tokens_host: list[int]
     confidence_host: list[float]
+    top_host: list[list] | None = None  # per row, the drafter's top-k ``[token, p]`` (``trace_top_k``)
 
 
 @dataclass
@@ -160,13 +162,16 @@ class Verification:
 
     ``stats`` holds ``(q(x), q/p, energy, residual mass)`` for every verified
     position that was still masked; ``commits`` the accepted prefix, the
-    correction and any ratio-threshold accepts.
+    correction and any ratio-threshold accepts; ``detail`` the decision per
+    position (:class:`~s2d2.trace.PositionRecord` fields: ``q_top``, ``u``,
+    ``accept_probability``, ``residual_top``).
     """
 
     start: int
     accepted: int
     commits: Commits
     stats: dict[int, tuple[float, float, float, float]]
+    detail: dict[int, dict] = field(default_factory=dict)
     lookahead_used: bool = False  # it accepted everything a lookahead was carried for
 
 
@@ -178,6 +183,7 @@ class StepDecision:
     route: tr.RouteRecord | None = None
     verification: Verification | None = None
     edits: list[tr.EditRecord] = field(default_factory=list)
+    rule: dict | None = None
 
 
 class Decoder:
@@ -410,6 +416,7 @@ class Decoder:
         else:
             decision = StepDecision(self._fallback(draft, candidates, {}, k_min, tr.THRESHOLD))
         decision.edits = edits
+        decision.rule = self._rule_record(k_min)
         block.write({i: token for i, (token, _) in decision.commits.items()})
         block.decoded += len(decision.commits)
         self._record_step(block, step, draft, candidates, decision)
@@ -425,8 +432,12 @@ class Decoder:
             if not candidate:
                 continue
             pos = tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i])
+            if draft.top_host is not None:
+                pos.p_top = draft.top_host[i]
             if verification is not None and i in verification.stats:
                 pos.q, pos.ratio, pos.energy, pos.residual_mass = verification.stats[i]
+                for name, value in verification.detail.get(i, {}).items():
+                    setattr(pos, name, value)
             if i in decision.commits:
                 pos.committed, pos.outcome = decision.commits[i]
             positions.append(pos)
@@ -440,8 +451,19 @@ class Decoder:
                 route=decision.route,
                 accepted=None if verification is None else verification.accepted,
                 edits=decision.edits,
+                rule=decision.rule,
             )
         )
+
+    def _rule_record(self, k_min: int) -> dict:
+        """The diffusion rule as it stood at this step, so a commit can be read against its threshold."""
+        cfg = self.config
+        rule = {"rule": cfg.commit_rule, "minimum": k_min}
+        if cfg.commit_rule == "dynamic":
+            rule["threshold"] = cfg.threshold
+        elif cfg.commit_rule == "entropy_bounded":
+            rule["budget"] = cfg.eb_threshold
+        return rule
 
     def _edits(self, draft: Draft, block: BlockState) -> list[tr.EditRecord]:
         """Committed answer tokens the new draft replaces (LLaDA2's editing, τ_edit).
@@ -462,7 +484,13 @@ class Decoder:
         probs = logits_to_probs(logits, self.config.sampling)
         tokens = sample(probs, self.generator, self.config.sampling.greedy)
         confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
-        return Draft(probs, tokens, confidence, tokens.tolist(), confidence.tolist())
+        k = self.config.trace_top_k
+        columns = [tokens.double()[:, None], confidence.double()[:, None]]
+        if k:
+            columns.append(top_k_columns(probs, k))
+        host = torch.cat(columns, dim=1).tolist()  # the draft's one transfer to the host
+        top = [top_pairs(row[2:]) for row in host] if k else None
+        return Draft(probs, tokens, confidence, [int(row[0]) for row in host], [row[1] for row in host], top)
 
     def _fallback(self, draft: Draft, candidates: list[bool], commits: Commits, k: int, outcome: str) -> Commits:
         """The diffusion rule on the candidates not committed yet, until ``k`` tokens are committed in all."""
@@ -602,7 +630,9 @@ class Decoder:
             p_x, q_x, ratio, probability = draft_ratios(draft.tokens[extra], p, q_rest, v.ratio_tempering)
             more = [q_x, ratio, residual_energy(p_x, q_x), residual_mass(p, q_rest), probability]
             columns = [torch.cat([a, b]) for a, b in zip(columns, more)]
-        table = torch.stack(columns).T.tolist()
+        draws = verdict.uniform if verdict.uniform is not None else torch.full_like(verdict.ratio, math.nan)
+        columns.append(torch.cat([draws, draws.new_full((reach - length,), math.nan)]))
+        table, residual_top = self._decision_table(torch.stack(columns).T.double(), q[:reach], verdict.residual)
         accepted, correction = torch.stack([verdict.accepted, verdict.correction]).tolist()
         commits: Commits = {start + k: (draft.tokens_host[start + k], tr.ACCEPTED) for k in range(accepted)}
         if accepted < length:
@@ -617,6 +647,15 @@ class Decoder:
                 if candidates[i] and i not in commits and table[k][4] >= v.ratio_threshold:
                     commits[i] = (draft.tokens_host[i], tr.RATIO)
         stats = {start + k: tuple(row[:4]) for k, row in enumerate(table) if candidates[start + k]}
+        detail = {
+            start + k: {"accept_probability": row[4]}
+            | ({} if math.isnan(row[5]) else {"u": row[5]})
+            | ({"q_top": top_pairs(row[6:])} if len(row) > 6 else {})
+            for k, row in enumerate(table)
+            if candidates[start + k]
+        }
+        if residual_top is not None and accepted < length:
+            detail[start + accepted]["residual_top"] = residual_top
         used = plan is not None and accepted == length
         self.model.settle(session, verified, verified.rows_to_keep(start + accepted, used, plan, self.incremental))
         if plan is not None:
@@ -629,7 +668,21 @@ class Decoder:
                 if plan.start < len(block.masked):  # the next sub-block: rows before it are not drafted
                     rows = torch.cat([rows.new_zeros(plan.start, rows.shape[-1]), rows])
                 self._next_draft = (rows, forward)
-        return Verification(start, accepted, commits, stats, lookahead_used=used)
+        return Verification(start, accepted, commits, stats, detail, lookahead_used=used)
+
+    def _decision_table(
+        self, table: torch.Tensor, q: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[list[list[float]], list | None]:
+        """The verification's per-row numbers with the top-k of ``q`` beside them, and the residual's top-k,
+        in one transfer to the host: rows ``(q(x), q/p, energy, residual mass, acceptance probability, u, q top-k)``."""
+        top_k = self.config.trace_top_k
+        if not top_k:
+            return table.tolist(), None
+        rows = torch.cat([table, top_k_columns(q, top_k)], dim=1)
+        residual_row = top_k_columns(residual[None], top_k)
+        residual_row = torch.cat([residual_row.new_full((1, table.shape[1]), math.nan), residual_row], dim=1)
+        host = torch.cat([rows, residual_row]).tolist()
+        return host[:-1], top_pairs(host[-1][table.shape[1] :])
 
     # -- the record --------------------------------------------------------
 
@@ -641,6 +694,7 @@ class Decoder:
         seen = sorted(
             {p.token for s in self.steps for p in s.positions}
             | {p.committed for s in self.steps for p in s.committed}
+            | {t for s in self.steps for p in s.positions for top in (p.p_top, p.q_top, p.residual_top) for t, _ in top or ()}
             | set(generated)
         )
         token_text = dict(zip(map(str, seen), self.model.token_strings(seen)))
