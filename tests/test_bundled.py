@@ -108,26 +108,28 @@ def test_task_splits_are_disjoint_and_scorers_are_exact():
     assert parse_team(repeated) is not None and not get_family("team").score(team, repeated)
 
 
-def test_chains_answers_are_long_worked_lines_named_after_the_step_they_work():
+def test_chains_answers_are_long_worked_lines_each_carrying_the_previous_total():
     tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL)
     chains = get_family("chains")
     problems = chains.problems("heldout", 200, seed=5)
     lengths = [len(tokenizer(p.reference)["input_ids"]) for p in problems]
-    assert min(lengths) >= 48 and max(lengths) <= 150 and sorted(lengths)[len(lengths) // 2] >= 75
-    assert all(4 <= p.meta["steps"] <= 8 for p in problems)
+    assert min(lengths) >= 55 and max(lengths) <= 150 and sorted(lengths)[len(lengths) // 2] >= 70
+    assert all(6 <= p.meta["steps"] <= 8 for p in problems)
     for p in problems[:50]:
         *lines, last = p.reference.split(". ")
-        assert last == f"The answer is {p.meta['answer']}."
-        totals = {}
-        for line in lines:  # each line's first operand is its person's total from their previous line
+        assert last == f"The answer is {p.meta['answer']}." and len(lines) == p.meta["steps"]
+        total = int(p.prompt.split(" has ")[1].split(" ")[0])
+        for line in lines:  # each line works one step on the total the line before it computed
             name, _, equation = line.partition(": ")
             before, _, after = equation.partition(" = ")
-            first = int(before.split(" ")[0])
-            assert name in p.prompt and totals.get(name, first) == first
-            totals[name] = int(after.rstrip("."))
-        assert totals[p.meta["asked"]] == p.meta["answer"]
+            assert name == p.meta["name"] and int(before.split(" ")[0]) == total
+            assert after == f"{eval(before)} {p.meta['item']}"
+            total = eval(before)
+        assert total == p.meta["answer"]
     wrong = problems[0].reference.replace(f"is {problems[0].meta['answer']}.", f"is {problems[0].meta['answer'] + 1}.")
     assert not chains.score(problems[0], wrong)
+    arith = get_family("arith").problems("heldout", 50, seed=5)
+    assert not {p.key for p in arith} & {p.key for p in problems}
 
 
 def test_training_batches_fill_whole_blocks_of_every_trained_length(tokenizer):

@@ -38,6 +38,31 @@ def final_answer(text: str) -> int | None:
     return int(found[-1]) if found else None
 
 
+def draw_steps(rng: random.Random, count: int, total: int, pronoun: str, other: str):
+    """``count`` random gains and losses applied to ``total``, keeping every count in 0..MAX_TOTAL.
+
+    Returns ``(sentences, equations, key, final total)``; each equation is
+    ``(before, sign, n, after)``. Shared by the short word problems and the
+    long chains so both describe steps in the same words.
+    """
+    sentences, equations, key = [], [], []
+    for _ in range(count):
+        can_lose = total >= 1
+        can_gain = total + 1 <= MAX_TOTAL
+        if can_lose and (not can_gain or rng.random() < 0.5):
+            n = rng.randint(1, min(MAX_OPERAND, total))
+            template, result, sign = rng.choice(LOSSES), total - n, "-"
+        else:
+            n = rng.randint(1, min(MAX_OPERAND, MAX_TOTAL - total))
+            template, result, sign = rng.choice(GAINS), total + n, "+"
+        sentence = template.format(P=pronoun, O=other, o=OBJECT[pronoun], n=n)
+        sentences.append(sentence[0].upper() + sentence[1:])
+        equations.append((total, sign, n, result))
+        key.append(f"{sign}{n}")
+        total = result
+    return sentences, equations, key, total
+
+
 class WordProblems(TaskFamily):
     name = "arith"
     description = "Word problems with one to three additions or subtractions, solved step by step."
@@ -46,26 +71,12 @@ class WordProblems(TaskFamily):
         name, other = rng.sample(sorted(NAMES), 2)
         pronoun = NAMES[name]
         item = rng.choice(ITEMS)
-        total = rng.randint(2, MAX_OPERAND)
-        sentences = [f"{name} has {total} {item}."]
-        steps, key = [], [str(total)]
-        for _ in range(rng.randint(1, 3)):
-            can_lose = total >= 1
-            can_gain = total + 1 <= MAX_TOTAL
-            if can_lose and (not can_gain or rng.random() < 0.5):
-                n = rng.randint(1, min(MAX_OPERAND, total))
-                template, result, sign = rng.choice(LOSSES), total - n, "-"
-            else:
-                n = rng.randint(1, min(MAX_OPERAND, MAX_TOTAL - total))
-                template, result, sign = rng.choice(GAINS), total + n, "+"
-            sentence = template.format(P=pronoun, O=other, o=OBJECT[pronoun], n=n)
-            sentences.append(sentence[0].upper() + sentence[1:])
-            steps.append(f"{total} {sign} {n} = {result}.")
-            key.append(f"{sign}{n}")
-            total = result
-        sentences.append(f"How many {item} does {name} have now?")
+        start = rng.randint(2, MAX_OPERAND)
+        sentences, equations, key, total = draw_steps(rng, rng.randint(1, 3), start, pronoun, other)
+        prompt = " ".join([f"{name} has {start} {item}.", *sentences, f"How many {item} does {name} have now?"])
+        steps = [f"{a} {sign} {n} = {b}." for a, sign, n, b in equations]
         reference = " ".join(steps + [f"The answer is {total}."])
-        return Problem(self.name, " ".join(sentences), reference, "arith:" + " ".join(key), {"answer": total})
+        return Problem(self.name, prompt, reference, "arith:" + " ".join([str(start), *key]), {"answer": total})
 
     def score(self, problem: Problem, output: str) -> bool:
         return final_answer(output) == problem.meta["answer"]

@@ -1,20 +1,21 @@
-"""Long worked answers: two people's counts tracked through four to eight steps.
+"""Long worked answers: one count carried through six to eight steps.
 
-"Ann has 5 coins and Bob has 7 coins. Ann finds 3 more. Ann gives 2 to Bob.
-Bob loses 4. ... How many coins does Bob have now?" The solution works every
-step on its own line, named after the person it changes, and a gift changes
-both people, so it takes two lines:
+"Ann has 5 coins. She finds 3 more. Bob gives her 4 more. She loses 2. ...
+How many coins does Ann have at the end?" The solution works every step on
+its own line, named after the person whose count it is:
 
-    Ann: 5 + 3 = 8. Ann: 8 - 2 = 6. Bob: 7 + 2 = 9. Bob: 9 - 4 = 5. The answer is 5.
+    Ann: 5 + 3 = 8 coins. Ann: 8 + 4 = 12 coins. Ann: 12 - 2 = 10 coins. ... The answer is 17.
 
-Answers run 60 to 150 tokens, four to ten blocks of 16: the paper's regime of
-worked solutions, where most of a decode is spent inside long answers. Two
-things in each line cannot be guessed in parallel: the first operand is a
-carried total, often written several lines earlier (the other person's lines
-sit in between), and the name must agree with the step the line works, in
-order. A decoder that fills a large block from per-slot marginals writes lines
-for the wrong person or carries the wrong total; left-to-right decoding
-conditions each line on the ones before it.
+Answers run about 60 to 110 tokens, four to seven blocks of 16: the paper's
+regime of worked solutions, where most of a decode is spent inside long
+answers. Each line's first operand is the total the previous line computed,
+and its result depends on it, so a decoder that fills a large block in
+parallel must guess totals whose inputs are not decided yet; the name and the
+item must agree with the first sentence. Left-to-right decoding conditions
+each line on the ones before it.
+
+The steps are described exactly as in the short word problems (``arith``); the
+question ("at the end") and the line format tell the two families apart.
 """
 
 from __future__ import annotations
@@ -22,61 +23,26 @@ from __future__ import annotations
 import random
 
 from . import Problem, TaskFamily
-from .arithmetic import ITEMS, MAX_OPERAND, MAX_TOTAL, NAMES, final_answer
+from .arithmetic import ITEMS, MAX_OPERAND, NAMES, draw_steps, final_answer
 
-MIN_STEPS, MAX_STEPS = 4, 8
-MIN_LINES, MAX_LINES = 6, 12  # a gift takes two lines; six lines are about 60 tokens
-GAINS = ("{A} finds {n} more.", "{A} buys {n} more.", "{A} gets {n} more.")
-LOSSES = ("{A} loses {n}.", "{A} sells {n}.", "{A} eats {n}.")
-GIFT = "{A} gives {n} to {B}."
-
-
-def _line(name: str, before: int, sign: str, n: int) -> str:
-    after = before + n if sign == "+" else before - n
-    return f"{name}: {before} {sign} {n} = {after}."
+MIN_STEPS, MAX_STEPS = 6, 8
 
 
 class Chains(TaskFamily):
     name = "chains"
-    description = "Two people's counts through four to eight steps, each worked on its own line (about 60-150 tokens)."
+    description = "One count through six to eight steps, each worked on its own line (about 60-110 tokens)."
 
     def sample(self, rng: random.Random) -> Problem:
-        people = rng.sample(sorted(NAMES), 2)
+        name, other = rng.sample(sorted(NAMES), 2)
         item = rng.choice(ITEMS)
-        counts = {p: rng.randint(2, MAX_OPERAND) for p in people}
-        sentences = [f"{people[0]} has {counts[people[0]]} {item} and {people[1]} has {counts[people[1]]} {item}."]
-        lines, key = [], [f"{p}{counts[p]}" for p in people]
-        target_lines = rng.randint(MIN_LINES, MAX_LINES)
-        steps = 0
-        while steps < MIN_STEPS or (len(lines) < target_lines and steps < MAX_STEPS):
-            steps += 1
-            giver = rng.choice(people)
-            taker = people[1 - people.index(giver)]
-            kind = rng.choice(("gift", "gain", "loss"))
-            if kind == "gift" and counts[giver] >= 1 and counts[taker] < MAX_TOTAL:
-                n = rng.randint(1, min(MAX_OPERAND, counts[giver], MAX_TOTAL - counts[taker]))
-                sentences.append(GIFT.format(A=giver, B=taker, n=n))
-                lines += [_line(giver, counts[giver], "-", n), _line(taker, counts[taker], "+", n)]
-                counts[giver] -= n
-                counts[taker] += n
-                key.append(f"{giver}>{n}")
-            elif kind == "loss" and counts[giver] >= 1 or counts[giver] >= MAX_TOTAL:
-                n = rng.randint(1, min(MAX_OPERAND, counts[giver]))
-                sentences.append(rng.choice(LOSSES).format(A=giver, n=n))
-                lines.append(_line(giver, counts[giver], "-", n))
-                counts[giver] -= n
-                key.append(f"{giver}-{n}")
-            else:
-                n = rng.randint(1, min(MAX_OPERAND, MAX_TOTAL - counts[giver]))
-                sentences.append(rng.choice(GAINS).format(A=giver, n=n))
-                lines.append(_line(giver, counts[giver], "+", n))
-                counts[giver] += n
-                key.append(f"{giver}+{n}")
-        asked = rng.choice(people)
-        sentences.append(f"How many {item} does {asked} have now?")
-        reference = " ".join(lines + [f"The answer is {counts[asked]}."])
-        meta = {"answer": counts[asked], "asked": asked, "steps": steps}
-        return Problem(self.name, " ".join(sentences), reference, "chains:" + " ".join(key) + f"?{asked}", meta)
+        start = rng.randint(2, MAX_OPERAND)
+        count = rng.randint(MIN_STEPS, MAX_STEPS)
+        sentences, equations, key, total = draw_steps(rng, count, start, NAMES[name], other)
+        prompt = " ".join([f"{name} has {start} {item}.", *sentences, f"How many {item} does {name} have at the end?"])
+        lines = [f"{name}: {a} {sign} {n} = {b} {item}." for a, sign, n, b in equations]
+        reference = " ".join(lines + [f"The answer is {total}."])
+        meta = {"answer": total, "name": name, "item": item, "steps": count}
+        return Problem(self.name, prompt, reference, "chains:" + " ".join([str(start), *key]), meta)
 
     def score(self, problem: Problem, output: str) -> bool:
         return final_answer(output) == problem.meta["answer"]
