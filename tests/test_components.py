@@ -263,6 +263,10 @@ def test_stream_yields_partial_traces_then_the_result(tiny_model):
     for item in partial[:-1]:
         views = tokens_html(item.trace)
         assert "tok" in views
+        done = final[item.name]
+        assert item.trace.steps == done.steps[: len(item.trace.steps)], "a partial trace is a prefix of the run"
+        committed = {p.position: p.committed for s in item.trace.steps for p in s.committed}
+        assert all(done.output_ids[i] == t for i, t in committed.items() if 0 <= i < len(done.output_ids))
         if item.name != "AR":
             trajectory_figure(item.trace, "partial", item.name)
 
