@@ -339,3 +339,21 @@ def test_official_accounting_spends_commit_forwards_where_the_official_code_does
     decoded = len({s.block for s in stopped.steps})
     expected = {"sdar": decoded, "llada2": decoded - 1, "fast_dllm_v2": decoded - 1}[family]
     assert stopped.summary.nfe_by_kind["commit"] == expected
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+@pytest.mark.parametrize("method", ["dynamic", "s2d2"])
+def test_official_budgets_with_a_remainder_decode_the_official_blocks(every_family, family, method):
+    """A budget that is not a multiple of B under the official accounting, for the baseline and S2D2: SDAR
+    decodes and keeps whole blocks, LLaDA2 decodes whole blocks and cuts to the budget, Fast-dLLM v2
+    decodes ``max_new_tokens // B`` blocks; the tokens are those of the fused run, the commits the family's."""
+    model = with_stop_tokens(every_family[family], [])
+    B, prompt = 4, random_prompts(every_family[family], 1, seed=8)[0][:8]
+    config = DecodeConfig(method=method, block_length=B, threshold=0.5, max_new_tokens=11, cache_ver=True,
+                          accounting="official", verify=VerifyConfig(policy="always", acceptance="greedy"))  # fmt: skip
+    trace = generate(model, prompt, config)
+    length, blocks = {"sdar": (12, 3), "llada2": (11, 3), "fast_dllm_v2": (8, 2)}[family]
+    assert len(trace.output_ids) == length and len({s.block for s in trace.steps}) == blocks
+    assert trace.summary.nfe_by_kind["commit"] == {"sdar": 3, "llada2": 2, "fast_dllm_v2": 2}[family]
+    fused = generate(model, prompt, config.replace(accounting="fused", max_new_tokens=12))
+    assert trace.output_ids == fused.output_ids[:length]
