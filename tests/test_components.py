@@ -268,7 +268,10 @@ def test_stream_yields_partial_traces_then_the_result(tiny_model):
         committed = {p.position: p.committed for s in item.trace.steps for p in s.committed}
         assert all(done.output_ids[i] == t for i, t in committed.items() if 0 <= i < len(done.output_ids))
         if item.name != "AR":
-            trajectory_figure(item.trace, "partial", item.name)
+            figure = trajectory_figure(item.trace, "partial", item.name)
+            if item.trace.output_ids:  # one grid row per step so far, one column per position so far
+                assert len(figure.data[1].z) == len(item.trace.steps)
+                assert len(figure.data[1].z[0]) == len(item.trace.output_ids)
 
 
 def test_frontier_gives_each_kind_of_s2d2_configuration_its_own_legend_entry():
