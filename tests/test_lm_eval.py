@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from lm_eval.api.instance import Instance
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from two_processes import launch_two_processes
 
 from s2d2 import DEFAULT_MODEL, config_from_settings, load_model
@@ -71,16 +72,27 @@ def test_two_process_accelerate_run_gives_the_same_results(one_process, tmp_path
     assert [[s[k] for k in same] for s in sharded_samples] == [[s[k] for k in same] for s in alone_samples]
 
 
-def separate_forward_logprob(model, context: list[int], continuation: list[int]) -> float:
+def separate_forward_logprob(model, context: list[int], continuation: list[int]) -> tuple[float, bool]:
     """Σ log p(token i | everything before), one AR decoder step per token: the prefix
-    prefilled causally, then a draft forward of one mask (how method="ar" predicts)."""
-    total = 0.0
+    prefilled causally, then a draft forward of one mask (how method="ar" predicts);
+    and whether every token is that step's argmax (greedy decoding would write it)."""
+    total, greedy = 0.0, True
     for i, token in enumerate(continuation):
         session = model.new_session(lambda *_: None)
         model.prefill(session, torch.tensor(context + continuation[:i]), causal=True, block_length=1)
         row = model.draft_forward(session, torch.tensor([model.mask_token_id]), None, True, 0)[0]
         total += torch.log_softmax(row.float(), dim=-1)[token].item()
-    return total
+        greedy &= int(row.argmax()) == token
+    return total, greedy
+
+
+def verifier_logprob(model, context: list[int], continuation: list[int]) -> float:
+    """Σ log q(token i) over a whole continuation from one verifier forward, which is AR
+    (``test_verifier_equals_sequential_block_size_one_forwards``): for long texts."""
+    session = model.new_session(lambda *_: None)
+    model.prefill(session, torch.tensor(context), causal=True, block_length=1)
+    logits = model.verify_span(session, torch.tensor(continuation), 0, len(continuation))
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, torch.tensor(continuation)[:, None]).sum().item()
 
 
 def request(kind: str, arguments: tuple, doc_id: int = 0) -> Instance:
@@ -103,8 +115,9 @@ def test_loglikelihood_is_the_sum_of_ar_logprobs_from_separate_forwards(family, 
     answers = lm.loglikelihood([request("loglikelihood", pair, i) for i, pair in enumerate(pairs)])
     for pair, (logprob, greedy) in zip(pairs, answers):
         context, continuation = lm._encode_request(*pair)
-        assert logprob == pytest.approx(separate_forward_logprob(lm.model, context, continuation), abs=1e-4)
-        assert isinstance(greedy, bool)
+        expected, expected_greedy = separate_forward_logprob(lm.model, context, continuation)
+        assert logprob == pytest.approx(expected, abs=1e-4)
+        assert greedy is expected_greedy
     (rolling,) = lm.loglikelihood_rolling([request("loglikelihood_rolling", ("The answer is 19.",))])
     assert rolling == pytest.approx(answers[1][0], abs=1e-4)
     assert [s["nfe"] for s in lm.decode_stats[("t", 0)]] == [1, 1]  # one forward per request
@@ -118,7 +131,9 @@ def test_rolling_windows_cover_a_text_longer_than_the_model(tiny_path):
     (rolling,) = lm.loglikelihood_rolling([request("loglikelihood_rolling", (text,))])
     stats = lm.decode_stats[("t", 0)]
     assert len(stats) == -(-len(ids) // (lm.max_length - 1))
-    assert rolling < 0
+    windows = get_rolling_token_windows(ids, lm.prefix_token_id, max_seq_len=lm.max_length - 1, context_len=1)
+    expected = sum(verifier_logprob(lm.model, *make_disjoint_window(window)) for window in windows)
+    assert rolling == pytest.approx(expected, abs=1e-3)
 
 
 def test_model_args_are_typed_by_the_config_fields():
