@@ -94,6 +94,8 @@ def build_demo() -> gr.Blocks:
         submit_event = prompt.submit(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)
         cancel.click(ui.cancel_run, None, status, cancels=[run_event, submit_event], queue=False, **page)
         upload.upload(ui.replay, upload, [status, *results.components()], **page)
+        inspect = results.inspect_request
+        inspect.change(ui.inspect, inspect, results.inspector_panels(), queue=False, **page)
         demo.load(ui.startup, None, [status, *results.components(), prompt, lesson], **page)
         bench_outputs = [bench_status, bench_nfe, bench_wall, bench_scaling, bench_energy, bench_table]
         demo.load(ui.benchmark_views, None, bench_outputs, **page)

@@ -6,13 +6,21 @@
      with Plotly.addFrames whenever a new figure appears. Every step change,
      from Play, from the slider or from the lockstep clock, arrives as a
      plotly_animatingframe event, and then the step's sentence, the run's text
-     and the residual-energy outline follow. */
+     and the residual-energy outline follow.
+
+     The inspector: a click on a trajectory cell or on a token of a run's text
+     asks the server for that position's panel by writing "run|step|position|nonce"
+     into the hidden #inspect-request box; the arrow keys move it across
+     positions and steps, and while it is open it follows Play. */
   const STEP_MS = 350;      // per-trajectory Play: about 3 steps per second
   const FORWARD_MS = 250;   // lockstep: about 4 forwards per second
   // Heatmaps cannot be tweened: a transition only blanks the figure until it ends, so frames switch at once.
   const MOVE = { mode: "immediate", frame: { duration: 300, redraw: true }, transition: { duration: 0 } };
   const timers = {};
   let clock = null;
+  const inspecting = {};  // run -> { step, position } of its open inspector
+  let lastInspected = null;  // the run the arrow keys move
+  let nonce = 0;
 
   const meta = (div) => div && div.layout && div.layout.meta && div.layout.meta.s2d2;
   const plotOf = (id) => document.querySelector(`#${id} .js-plotly-plot`);
@@ -41,6 +49,39 @@
     }
     if (!clock) reveal(m.run, (t) => Number(t.dataset.step) <= step);
     if (m.run === "S2D2") outlineEnergy(step);
+    if (inspecting[m.run] && inspecting[m.run].step !== step) inspect(m.run, step, inspecting[m.run].position);
+  }
+
+  function sendRequest(text) {
+    const box = document.querySelector("#inspect-request textarea, #inspect-request input");
+    if (!box) return;
+    box.value = text;
+    box.dispatchEvent(new Event("input", { bubbles: true }));
+  }
+
+  function inspect(run, step, position) {
+    const div = trajectories().find((d) => meta(d).run === run);
+    const m = div && meta(div);
+    if (m) {
+      step = Math.max(0, Math.min(step, m.total_steps - 1));
+      position = Math.max(0, Math.min(position, m.positions - 1));
+    }
+    inspecting[run] = { step, position };
+    lastInspected = run;
+    nonce += 1;
+    sendRequest(`${run}|${step}|${position}|${nonce}`);
+  }
+
+  function closeInspector(run) {
+    delete inspecting[run];
+    if (lastInspected === run) lastInspected = null;
+    nonce += 1;
+    sendRequest(`${run}|close|${nonce}`);
+  }
+
+  function showTrajectoryTab() {
+    const tab = [...document.querySelectorAll('button[role="tab"]')].find((b) => b.textContent.trim() === "Trajectory");
+    if (tab && tab.getAttribute("aria-selected") !== "true") tab.click();
   }
 
   function outlineEnergy(step) {
@@ -59,6 +100,7 @@
       if (div._s2d2Meta === m) continue;
       div._s2d2Meta = m;
       div._s2d2Index = div._s2d2Target = m.steps.length - 1;
+      delete inspecting[m.run];  // new results come with a closed inspector
       stop(m.run);
       window.Plotly.deleteFrames(div).then(() => window.Plotly.addFrames(div, m.frames));
       if (!div._s2d2Listening) {
@@ -66,6 +108,14 @@
         div.on("plotly_animatingframe", (e) => {
           const index = meta(div).steps.indexOf(Number(e.name));
           if (index >= 0) showStep(div, index);
+        });
+        div.on("plotly_click", (e) => {
+          const point = e.points && e.points[0];
+          if (!point) return;
+          const m = meta(div);
+          // Curve 1 is the step × position grid; curve 0 the sequence strip, read at the step shown.
+          if (point.curveNumber === 1) inspect(m.run, Number(point.y), Number(point.x));
+          else if (point.curveNumber === 0) inspect(m.run, m.steps[div._s2d2Index], Number(point.x));
         });
       }
     }
@@ -137,7 +187,30 @@
     clock.timer = setInterval(tick, FORWARD_MS);
   }
 
+  document.addEventListener("keydown", (event) => {
+    const run = lastInspected;
+    if (!run || !inspecting[run] || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable]")) return;
+    const moves = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] };
+    const move = moves[event.key];
+    if (!move) return;
+    event.preventDefault();
+    inspect(run, inspecting[run].step + move[0], inspecting[run].position + move[1]);
+  });
+
   document.addEventListener("click", (event) => {
+    const close = event.target.closest(".insp-close");
+    if (close) {
+      closeInspector(close.closest(".inspector").dataset.run);
+      return;
+    }
+    const token = event.target.closest("#text-s2d2 .tok, #text-baseline .tok");
+    if (token) {
+      const run = token.closest("#text-s2d2") ? "S2D2" : "Baseline";
+      showTrajectoryTab();
+      inspect(run, Number(token.dataset.step), Number(token.dataset.pos));
+      return;
+    }
     const one = event.target.closest(".play-button");
     if (one) {
       const run = one.closest(".player").dataset.run;

@@ -266,6 +266,8 @@ def _replay_meta(trace: Trace, run: str, shown: list[int]) -> dict:
     return {
         "kind": "trajectory",
         "run": run,
+        "positions": n,  # the inspector's arrow keys stay inside the grid
+        "total_steps": steps,
         "steps": shown,
         "forwards": [spent[k] for k in shown],
         "narration": [sentences[k] for k in shown],

@@ -61,7 +61,8 @@ def tokens_html(trace: Trace) -> str:
 
     Each token carries the step that committed it (``data-step``) and the
     forwards spent by then (``data-f``), so the page's player can show the text
-    as it stood at any step, or at any forward count across runs.
+    as it stood at any step, or at any forward count across runs, and its
+    position (``data-pos``), so a click opens the inspector there.
     """
     spent = forwards_after(trace)
     commits = commit_records(trace)
@@ -82,7 +83,7 @@ def tokens_html(trace: Trace) -> str:
         title = html.escape(tooltip, quote=True)
         space, body = _split_space(display_token(token))
         spans.append(
-            f'{space}<span class="tok tok-{outcome}{edited}" data-step="{step_index}" data-f="{spent[step_index]}" '
+            f'{space}<span class="tok tok-{outcome}{edited}" data-pos="{position}" data-step="{step_index}" data-f="{spent[step_index]}" '
             f'title="{title}">{html.escape(body)}</span>'
         )
     stop = {

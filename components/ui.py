@@ -12,6 +12,7 @@ import html
 import json
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from s2d2.trace import Trace
 
 from .bundle import bundle_json, load_bundle_file
 from .figures import trajectory_figure
+from .inspector import inspector_hint, inspector_html
 from .runner import (
     BASELINE_RULE,
     BUNDLED,
@@ -226,6 +228,8 @@ class Results:
     router: gr.Plot
     cost: gr.Plot
     table: gr.Dataframe
+    inspectors: dict  # run -> gr.HTML, the panel beside its trajectory
+    inspect_request: gr.Textbox  # written by the page's player script: "run|step|position|nonce"
 
     def components(self) -> list:
         return [
@@ -240,7 +244,12 @@ class Results:
             self.router,
             self.cost,
             self.table,
+            *self.inspector_panels(),
         ]
+
+    def inspector_panels(self) -> list:
+        """The inspector panels in :data:`PLOT_IDS` order, as :func:`inspect` and :func:`render` return them."""
+        return [self.inspectors[run] for run in PLOT_IDS]
 
 
 def results_area() -> Results:
@@ -257,10 +266,19 @@ def results_area() -> Results:
                 texts[name] = gr.HTML(elem_id=f"text-{name.lower()}", elem_classes=["run-text"])
     with gr.Tabs():
         with gr.Tab("Trajectory", id="tab-trajectory"):
+            inspectors = {}
             player_s2d2 = gr.HTML(elem_id="player-s2d2")
-            trajectory_s2d2 = gr.Plot(elem_id="plot-trajectory-s2d2", show_label=False)
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=3, min_width=320):
+                    trajectory_s2d2 = gr.Plot(elem_id="plot-trajectory-s2d2", show_label=False)
+                with gr.Column(scale=2, min_width=280):
+                    inspectors["S2D2"] = gr.HTML(inspector_hint("S2D2"), elem_id="inspector-s2d2")
             player_baseline = gr.HTML(elem_id="player-baseline")
-            trajectory_baseline = gr.Plot(elem_id="plot-trajectory-baseline", show_label=False)
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=3, min_width=320):
+                    trajectory_baseline = gr.Plot(elem_id="plot-trajectory-baseline", show_label=False)
+                with gr.Column(scale=2, min_width=280):
+                    inspectors["Baseline"] = gr.HTML(inspector_hint("Baseline"), elem_id="inspector-baseline")
         with gr.Tab("Residual energy", id="tab-energy"):
             energy = gr.Plot(elem_id="plot-energy", show_label=False)
         with gr.Tab("Router", id="tab-router"):
@@ -271,13 +289,32 @@ def results_area() -> Results:
         with gr.Tab("Table", id="tab-table"):
             gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
             table = gr.Dataframe(elem_id="stats-table", show_label=False, wrap=True)
+    request = gr.Textbox(elem_id="inspect-request", elem_classes=["inspect-request"], show_label=False, container=False)
     return Results(
         headline, player_all, texts, player_s2d2, trajectory_s2d2, player_baseline, trajectory_baseline,
-        energy, router, cost, table,
+        energy, router, cost, table, inspectors, request,
     )  # fmt: skip
 
 
-RESULT_SLOTS = 1 + 1 + len(RUN_NAMES) + 2 * len(PLOT_IDS) + 4  # headline, play-all, texts, players + plots, 3 figures, table
+# headline, play-all, texts, players + plots, 3 figures, table, inspectors
+RESULT_SLOTS = 1 + 1 + len(RUN_NAMES) + 2 * len(PLOT_IDS) + 4 + len(PLOT_IDS)
+# The runs each page session shows, for its inspector. Kept here, not in a gr.State: a State makes every
+# page hold a heartbeat stream open. The oldest sessions are forgotten first.
+_SHOWN: OrderedDict[str, dict[str, Trace]] = OrderedDict()
+MAX_SESSIONS = 64
+
+
+def _session(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
+def remember(request: gr.Request | None, traces: dict[str, Trace]) -> None:
+    """Keep the runs a session shows, so its inspector can answer without the page sending them back."""
+    key = _session(request)
+    _SHOWN[key] = dict(traces)
+    _SHOWN.move_to_end(key)
+    while len(_SHOWN) > MAX_SESSIONS:
+        _SHOWN.popitem(last=False)
 
 
 def render(traces: dict) -> list:
@@ -295,6 +332,7 @@ def render(traces: dict) -> list:
         v.router,
         v.cost,
         v.table,
+        *(inspector_hint(run) for run in PLOT_IDS),
     ]
 
 
@@ -309,7 +347,24 @@ def render_stream(shown: dict[str, Trace], changed: str) -> list:
             values += ["", trajectory_figure(shown[run], f"{run} trajectory (decoding…)", run)]
         else:
             values += [gr.update(), gr.update()]
-    return values + [gr.update()] * 4
+    return values + [gr.update()] * (4 + len(PLOT_IDS))
+
+
+def inspect(asked: str, request: gr.Request = None) -> list:
+    """The inspector panels for a request from the page: ``run|step|position|nonce`` opens one,
+    ``run|close|nonce`` closes it; the other panel stays as it is."""
+    run, *rest = (asked or "").split("|")
+    updates = {name: gr.update() for name in PLOT_IDS}
+    if run not in PLOT_IDS:
+        return list(updates.values())
+    trace = _SHOWN.get(_session(request), {}).get(run)
+    try:
+        step, position = int(rest[0]), int(rest[1])
+    except (IndexError, ValueError):
+        updates[run] = inspector_hint(run)
+    else:
+        updates[run] = inspector_html(trace, run, step, position)
+    return list(updates.values())
 
 
 def status_html(message: str, kind: str = "info") -> str:
@@ -349,6 +404,7 @@ def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = No
                 yield [status_html(note, "info"), *keep, gr.update()]
             elif isinstance(item, Progress):
                 shown[item.name] = item.trace
+                remember(request, shown)
                 n = item.trace.summary.generated_tokens
                 note = f"Decoding {item.name}: {n} token{'' if n == 1 else 's'} so far…"
                 yield [status_html(note, "info"), *render_stream(shown, item.name), gr.update()]
@@ -360,6 +416,7 @@ def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = No
     except ValueError as err:
         yield [status_html(html.escape(str(err)), "error"), *keep, gr.update()]
         return
+    remember(request, traces)
     yield [status_html(""), *render(traces), gr.update(value=_export_file(traces), visible=True)]
 
 
@@ -370,7 +427,7 @@ def cancel_run(request: gr.Request = None) -> str:
     return status_html("Cancelled: decoding stopped; the results below are from before.", "warn")
 
 
-def replay(file) -> list:
+def replay(file, request: gr.Request = None) -> list:
     """Render a saved comparison (or single trace) with no model at all."""
     keep = [gr.update()] * RESULT_SLOTS
     if file is None:
@@ -379,15 +436,16 @@ def replay(file) -> list:
         traces = load_bundle_file(file if isinstance(file, str) else file.name)
     except (OSError, ValueError) as err:
         return [status_html(f"Cannot replay this file: {html.escape(str(err))}", "error"), *keep]
+    remember(request, traces)
     return [
         status_html(f"Replaying a saved comparison ({', '.join(traces)}): no model was run.", "info"),
         *render(traces),
     ]
 
 
-def startup() -> list:
+def startup(request: gr.Request = None) -> list:
     """Open on a saved comparison of the first example, its prompt and lesson in place: no compute."""
-    status, *views = replay(str(DEMO_COMPARISON))
+    status, *views = replay(str(DEMO_COMPARISON), request)
     first = examples()[0]
     note = "Showing a saved run of the first example (no model was run). Press ▶ Play to watch it, or Run to decode live."
     return [status_html(note, "info"), *views, first["prompt"], first["lesson"]]

@@ -76,7 +76,7 @@ def missing_detail(trace: Trace) -> str:
     """Why a trace has no top-k to show."""
     if trace.schema_version < DETAIL_VERSION:
         return (
-            f"this trace was saved with schema version {trace.schema_version}, before traces recorded the "
+            f"this trace was saved before schema version {DETAIL_VERSION}, when traces began to record the "
             "top-k of p and q, u and the residual; decode again to see them"
         )
     return "this run was decoded with trace_top_k = 0, so no top-k was recorded"
@@ -117,10 +117,12 @@ def acceptance_test(trace: Trace, d: Decision, show: Callable[[int], str]) -> st
     elif r.outcome != ACCEPTED:
         verdict = "rejected"
     if verify.get("acceptance") == "greedy":
-        if not r.q_top:
-            return f"greedy: the draft {show(r.token)} is {'' if r.outcome == ACCEPTED else 'not '}the verifier's argmax: {verdict}"
-        sign = "=" if r.q_top[0][0] == r.token else "≠"
-        return f"greedy: the verifier's argmax {show(r.q_top[0][0])} {sign} draft {show(r.token)}: {verdict}"
+        # Greedy accepts the argmax and corrects with it, so an older trace without q's top-k still names it.
+        argmax = r.q_top[0][0] if r.q_top else {ACCEPTED: r.token, RESAMPLED: r.committed}.get(r.outcome)
+        if argmax is None:
+            return f"greedy: the draft {show(r.token)} is not the verifier's argmax: {verdict}"
+        sign = "=" if argmax == r.token else "≠"
+        return f"greedy: the verifier's argmax {show(argmax)} {sign} draft {show(r.token)}: {verdict}"
     if r.u is None:
         return f"{test}: {verdict}"
     return f"u = {r.u:.2f} {'<' if r.u < probability else '≥'} {test}: {verdict}"
@@ -128,7 +130,7 @@ def acceptance_test(trace: Trace, d: Decision, show: Callable[[int], str]) -> st
 
 def rule_test(trace: Trace, d: Decision) -> str | None:
     """The diffusion rule's verdict for a position it committed (or passed over), against its threshold."""
-    r, rule = d.record, d.step.rule
+    r, rule = d.record, d.step.rule or _stored_rule(trace)
     if trace.method == "ar":
         return "AR commits its one prediction per forward" if r.outcome else None
     if r.outcome not in (THRESHOLD, FALLBACK, CONFIDENT, None) or rule is None:
@@ -136,7 +138,7 @@ def rule_test(trace: Trace, d: Decision) -> str | None:
     if r.outcome is None and d.step.accepted is not None:
         return None  # passed over by the verifier, not by the rule
     confidence = f"confidence p = {r.p:.3f}"
-    minimum = rule.get("minimum", 1)
+    minimum = rule.get("minimum") or 1
     committed = "committed" if r.outcome else "left masked"
     if rule["rule"] == "dynamic":
         tau = rule["threshold"]
@@ -152,6 +154,18 @@ def rule_test(trace: Trace, d: Decision) -> str | None:
     if rule["rule"] == "static":
         return f"{confidence}; the static rule commits the {minimum} most confident draft(s) per step: {committed}"
     return f"{confidence}; the entropy rule commits the least uncertain drafts within a budget of {rule.get('budget')}: {committed}"
+
+
+def _stored_rule(trace: Trace) -> dict:
+    """The diffusion rule from the stored config, for a trace from before steps recorded it."""
+    config = trace.config
+    name = config.get("s2d2_rule") if trace.method == "s2d2" else trace.method
+    rule = {"rule": name}
+    if name == "dynamic":
+        rule["threshold"] = config.get("threshold")
+    elif name == "entropy_bounded":
+        rule["budget"] = config.get("eb_threshold")
+    return rule
 
 
 def describe_position(trace: Trace, position: int, show: Callable[[int], str] | None = None) -> str:

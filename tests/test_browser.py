@@ -190,3 +190,132 @@ def test_how_it_works_has_the_diagram(page):
     page.wait_for_selector(".how svg", timeout=10_000)
     assert page.locator(".how svg rect").count() >= 24
     page.screenshot(path=str(SHOTS / "11-how.png"), full_page=True)
+
+
+# -- the token inspector -------------------------------------------------------------------
+
+CELL = """([sel, x, y]) => {
+    const div = document.querySelector(sel), layout = div._fullLayout, box = div.getBoundingClientRect();
+    return {x: box.left + layout.xaxis2._offset + layout.xaxis2.d2p(x), y: box.top + layout.yaxis2._offset + layout.yaxis2.d2p(y)};
+}"""
+
+
+def click_cell(page, elem_id: str, position: int, step: int) -> None:
+    """A real mouse click on grid cell (position, step) of a trajectory figure."""
+    page.locator(f"#{elem_id}").scroll_into_view_if_needed()
+    point = page.evaluate(CELL, [PLOT.format(id=elem_id), position, step])
+    page.mouse.click(point["x"], point["y"])
+
+
+def first_rejection(trace):
+    from s2d2.trace import RESAMPLED
+
+    return next(
+        (i, p)
+        for i, s in enumerate(trace.steps)
+        for p in s.positions
+        if p.outcome == RESAMPLED and p.position < len(trace.output_ids)
+    )
+
+
+def check_rejection_panel(page, trace, require_detail: bool) -> None:
+    """The S2D2 inspector at the run's first rejection names the verifier's choice and the test's numbers."""
+    from playwright.sync_api import expect
+
+    from components.palette import display_token
+    from s2d2.decisions import has_detail
+
+    index, record = first_rejection(trace)
+    click_cell(page, "plot-trajectory-s2d2", record.position, index)
+    panel = page.locator(f'#inspector-s2d2 .inspector[data-position="{record.position}"][data-step="{index}"]')
+    expect(panel).to_be_visible(timeout=10_000)
+    committed = f"‘{display_token(trace.text_of(record.committed))}’"
+    verdict = panel.locator(".insp-test").first.inner_text()
+    if trace.config["verify"]["acceptance"] == "greedy":
+        # Greedy corrects with the verifier's argmax: its top token is the committed one.
+        assert f"argmax {committed} ≠ draft" in verdict and f"rejected, {committed} committed" in verdict, verdict
+    else:
+        assert f"u = {record.u:.2f} ≥ min(1, q/p) = {record.accept_probability:.2f}: rejected" in verdict, verdict
+    numbers = panel.locator(".insp-numbers").inner_text()
+    assert f"{record.q:.3f}" in numbers and f"{record.ratio:.2f}" in numbers and f"{record.energy:+.2f}" in numbers
+    if has_detail(trace):
+        q_bars = panel.locator(".insp-dist").nth(1)
+        assert q_bars.locator(".insp-dist-title").inner_text().startswith("q")
+        top = q_bars.locator(".insp-token").first.inner_text()
+        if trace.config["verify"]["acceptance"] == "greedy":
+            assert f"‘{top}’" == committed.replace("\n", "⏎"), (top, committed)
+        assert panel.locator(".insp-mark-committed").count() >= 1
+        assert "residual (q − p)+" in panel.inner_text()
+    else:
+        assert not require_detail, "a freshly decoded comparison records the top-k"
+        expect(panel.locator(".insp-missing")).to_contain_text("before schema version 4")
+
+
+def test_inspector_explains_a_rejection_on_the_saved_comparison(page, app_url, tmp_path):
+    """The opening comparison (whatever version it was saved with), then a freshly saved one replayed."""
+    from gradio_client import Client
+    from playwright.sync_api import expect
+
+    from components.bundle import bundle_json, load_bundle, load_bundle_file
+    from components.ui import DEMO_COMPARISON
+
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    page.goto(app_url, wait_until="networkidle")
+    wait_plot(page, "plot-trajectory-s2d2")
+    expect(page.locator("#inspector-s2d2 .inspector-closed")).to_be_visible()
+    check_rejection_panel(page, load_bundle_file(DEMO_COMPARISON)["S2D2"], require_detail=False)
+
+    first = json.loads((ROOT / "assets" / "examples.json").read_text())[0]
+    result = Client(app_url, verbose=False).predict(prompt=first["prompt"], preset=first["preset"], api_name="/compare")
+    fresh = load_bundle(json.dumps({"runs": result["runs"]}))
+    saved = tmp_path / "fresh-comparison.json"
+    saved.write_text(bundle_json(fresh))
+    with page.expect_file_chooser() as chooser:
+        page.click("#replay")
+    chooser.value.set_files(str(saved))
+    expect(page.locator("#status")).to_contain_text("Replaying a saved comparison", timeout=30_000)
+    expect(page.locator("#inspector-s2d2 .inspector-closed")).to_be_visible(timeout=10_000)
+    page.wait_for_timeout(800)  # the player attaches to the new figure
+    check_rejection_panel(page, fresh["S2D2"], require_detail=True)
+    page.locator("#plot-trajectory-s2d2").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "12-inspector-rejection.png"))
+
+    # The arrow keys move the inspector: → to the next position, ↓ to the next step.
+    index, record = first_rejection(fresh["S2D2"])
+    page.keyboard.press("ArrowRight")
+    expect(page.locator(f'#inspector-s2d2 .inspector[data-position="{record.position + 1}"]')).to_be_visible()
+    page.keyboard.press("ArrowDown")
+    expect(page.locator(f'#inspector-s2d2 .inspector[data-step="{index + 1}"]')).to_be_visible()
+    page.locator("#inspector-s2d2 .insp-close").click()
+    expect(page.locator("#inspector-s2d2 .inspector-closed")).to_be_visible()
+
+
+def test_inspector_reads_a_baseline_commit_against_its_threshold(page, app_url):
+    from playwright.sync_api import expect
+
+    from components.bundle import load_bundle_file
+    from components.ui import DEMO_COMPARISON
+    from s2d2.trace import THRESHOLD
+
+    page.goto(app_url, wait_until="networkidle")
+    wait_plot(page, "plot-trajectory-baseline")
+    baseline = load_bundle_file(DEMO_COMPARISON)["Baseline"]
+    index, record = next(
+        (i, p) for i, s in enumerate(baseline.steps) for p in s.positions
+        if p.outcome == THRESHOLD and p.position < len(baseline.output_ids)
+    )  # fmt: skip
+    click_cell(page, "plot-trajectory-baseline", record.position, index)
+    panel = page.locator(f'#inspector-baseline .inspector[data-position="{record.position}"]')
+    expect(panel).to_be_visible(timeout=10_000)
+    rule = panel.locator(".insp-rule").inner_text()
+    tau = baseline.config["threshold"]
+    assert f"confidence p = {record.p:.3f}" in rule and f"τ = {tau:g}" in rule, rule
+    assert (">" if record.p > tau else "≤") in rule
+    expect(panel.locator(".insp-threshold")).to_have_count(1)
+    page.locator("#plot-trajectory-baseline").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "13-inspector-baseline.png"))
+
+    # A token of the S2D2 text opens the S2D2 inspector at the step that committed it.
+    token = page.locator("#text-s2d2 .tok").nth(2)
+    token.click()
+    expect(page.locator(f'#inspector-s2d2 .inspector[data-position="{token.get_attribute("data-pos")}"]')).to_be_visible()
