@@ -56,18 +56,20 @@ def stored_kv(session) -> list[torch.Tensor]:
 SDAR_LIKE = dict(method="s2d2", block_length=8, cache_ver=True, draft_ver=True, max_new_tokens=24, threshold=0.3)
 
 
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
 @pytest.mark.parametrize("verify", [GREEDY_EXACT, VerifyConfig(policy="score", c=1.0)], ids=["always", "score"])
-def test_incremental_kv_changes_tokens_per_forward_only(tiny_model, verify):
-    for prompt in random_prompts(tiny_model, 4, seed=31):
+def test_incremental_kv_changes_tokens_per_forward_only(every_family, family, verify):
+    model = every_family[family]
+    for prompt in random_prompts(model, 4, seed=31):
         config = DecodeConfig(**SDAR_LIKE, verify=verify)
-        plain, _ = run(tiny_model, prompt, config, incremental=False)
-        fast, session = run(tiny_model, prompt, config)
+        plain, _ = run(model, prompt, config, incremental=False)
+        fast, session = run(model, prompt, config)
         assert fast.output_ids == plain.output_ids
         assert [f.kind for f in fast.forwards] == [f.kind for f in plain.forwards]
         assert sum(f.tokens for f in fast.forwards) < sum(f.tokens for f in plain.forwards)
         # Everything stored is exactly what a causal commit of the same tokens stores.
         ids = (list(prompt) + fast.output_ids)[: session.stored]
-        for got, want in zip(stored_kv(session), causal_kv(tiny_model, ids)):
+        for got, want in zip(stored_kv(session), causal_kv(model, ids)):
             assert (got - want).abs().max().item() <= 1e-5
 
 
@@ -129,6 +131,10 @@ LOOKAHEAD_CASES = {
     "sampled cache_ver": dict(cache_ver=True, draft_ver=True, sampling=SamplingConfig(temperature=1.0)),
     "sampled no cache_ver": dict(cache_ver=False, sampling=SamplingConfig(temperature=1.0)),
     "sampled sub-blocks": dict(sub_block_length=4, draft_ver=True, sampling=SamplingConfig(temperature=1.0)),
+    "greedy B=16": dict(block_length=16, cache_ver=True, draft_ver=True, max_new_tokens=40),
+    "greedy B=32 sub-blocks": dict(
+        block_length=32, sub_block_length=8, cache_ver=True, draft_ver=True, max_new_tokens=40
+    ),
 }
 
 
@@ -141,7 +147,9 @@ def test_lookahead_changes_nothing_but_the_forward_count(every_family, family, c
     verify = VerifyConfig(policy="always", acceptance="stochastic" if sampled else "greedy")
     used_total = 0
     for i, prompt in enumerate(random_prompts(model, 4, seed=41)):
-        base = DecodeConfig(method="s2d2", block_length=8, max_new_tokens=24, seed=i, verify=verify, **settings)
+        base = DecodeConfig(
+            **{"method": "s2d2", "block_length": 8, "max_new_tokens": 24, **settings}, seed=i, verify=verify
+        )
         plain = generate(model, prompt, base)
         ahead = generate(model, prompt, base.replace(lookahead=True))
         assert ahead.output_ids == plain.output_ids
@@ -152,7 +160,8 @@ def test_lookahead_changes_nothing_but_the_forward_count(every_family, family, c
         assert s.lookaheads_used + s.lookaheads_discarded == sum(f.lookahead is not None for f in ahead.forwards)
     if model.next_token_from_commit and not settings.get("cache_ver"):
         assert used_total == 0  # a right-shifted family's lookahead is a causal commit: cache_ver only
-    else:
+    elif not (model.next_token_from_commit and settings.get("block_length") == 32):
+        # (A right-shifted family carries one only at the end of a whole block: rare at B = 32 on random weights.)
         assert used_total > 0, "drafts of these tiny models agree with the verifier often enough to finish blocks"
 
 
