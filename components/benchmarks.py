@@ -176,31 +176,40 @@ def load_summary(path: str | Path) -> dict:
     return data
 
 
-def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
-    """HTML always; PNG too when a Chrome/Chromium is available to kaleido."""
-    out = Path(out)
-    subtitle = f"{meta.get('problems_per_family')} problems per family · {meta.get('model_name') or Path(str(meta.get('model'))).name} model"
+def write_figure(fig: go.Figure, out: Path, name: str) -> None:
+    """``name.html`` always; ``name.png`` too when a Chrome/Chromium is available to kaleido."""
     browser = shutil.which("chromium") or shutil.which("google-chrome")
     if browser:
         os.environ.setdefault("BROWSER_PATH", browser)
+    fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
+    try:
+        fig.write_image(out / f"{name}.png", width=1000, height=fig.layout.height or 480, scale=2)
+    except Exception as err:  # kaleido needs a browser; the HTML is the primary output
+        print(f"note: {name}.png not written ({type(err).__name__}: {err}); the HTML is in {out}")
+
+
+def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
+    """The accuracy–cost frontiers, against forwards and against wall time."""
+    subtitle = f"{meta.get('problems_per_family')} problems per family · {meta.get('model_name') or Path(str(meta.get('model'))).name} model"
     for axis in AXES:
-        fig = frontier_figure(rows, axis, f"Accuracy against {AXES[axis][1]} ({subtitle})")
-        fig.write_html(out / f"frontier_{axis}.html", include_plotlyjs="cdn")
-        try:
-            fig.write_image(out / f"frontier_{axis}.png", width=1000, height=fig.layout.height, scale=2)
-        except Exception as err:  # kaleido needs a browser; the HTML is the primary output
-            print(f"note: PNG not written for {axis} ({type(err).__name__}: {err}); the HTML is in {out}")
+        write_figure(
+            frontier_figure(rows, axis, f"Accuracy against {AXES[axis][1]} ({subtitle})"), Path(out), f"frontier_{axis}"
+        )
 
 
 def main(argv=None) -> None:
-    """``python -m components.benchmarks DIR``: draw the frontiers of ``DIR/summary.json`` into ``DIR``."""
+    """``python -m components.benchmarks DIR``: draw the frontiers, Figure 3 and Figure 2 of ``DIR/summary.json``
+    into ``DIR``."""
     import argparse
+
+    from .study import write_study
 
     parser = argparse.ArgumentParser(prog="python -m components.benchmarks", description=main.__doc__)
     parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.bench")
     args = parser.parse_args(argv)
     data = load_summary(Path(args.results) / "summary.json")
     write_frontiers(data["methods"], Path(args.results), data.get("meta", {}))
+    write_study(data["methods"], data.get("meta", {}), Path(args.results))
 
 
 if __name__ == "__main__":

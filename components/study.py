@@ -7,14 +7,12 @@
   block size 1) of each method's outputs. AR's own outputs sit lowest; an
   aggressive parallel setting drifts far above; S2D2 is pulled back to AR's.
 
-Pure functions (summary rows in, figure out); ``python -m components.study DIR``
-writes both as PNG (and HTML) next to ``DIR/summary.json``.
+Pure functions (summary rows in, figure out); ``python -m components.benchmarks DIR``
+writes both as PNG (and HTML) next to ``DIR/summary.json``, beside the frontiers.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -73,7 +71,10 @@ def scaling_figure(rows: list[dict], meta: dict, family: str = "chains") -> go.F
                 name=label,
                 line=dict(color=color, width=2, dash=dash),
                 marker=dict(color=color, symbol=symbol, size=12, line=dict(color="white", width=1)),
-                text=[p["method"] if p["nfe"] is None else f"{p['method']}<br>{p['nfe']:.1f} forwards / problem" for p in points],
+                text=[
+                    p["method"] if p["nfe"] is None else f"{p['method']}<br>{p['nfe']:.1f} forwards / problem"
+                    for p in points
+                ],
                 hovertemplate="%{text}<br>accuracy %{y:.1f}%<extra></extra>",
             )
         )
@@ -106,32 +107,8 @@ def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
 
 
 def write_study(rows: list[dict], meta: dict, out: Path) -> None:
-    """Both figures as HTML, and as PNG when a Chromium is available to kaleido."""
-    browser = shutil.which("chromium") or shutil.which("google-chrome")
-    if browser:
-        os.environ.setdefault("BROWSER_PATH", browser)
-    families = list(meta.get("families") or [])
-    figures = {"scaling_chains": scaling_figure(rows, meta, "chains"), "energy": energy_figure(rows, families)}
-    for name, fig in figures.items():
-        fig.write_html(Path(out) / f"{name}.html", include_plotlyjs="cdn")
-        try:
-            fig.write_image(Path(out) / f"{name}.png", width=1000, height=480, scale=2)
-        except Exception as err:  # kaleido needs a browser; the HTML is the primary output
-            print(f"note: PNG not written for {name} ({type(err).__name__}: {err}); the HTML is in {out}")
+    """Figure 3 (on chains) and Figure 2 as HTML, and PNG where kaleido finds a browser."""
+    from .benchmarks import write_figure
 
-
-def main(argv=None) -> None:
-    """``python -m components.study DIR``: draw Figure 3 and Figure 2 of ``DIR/summary.json`` into ``DIR``."""
-    import argparse
-
-    from .benchmarks import load_summary
-
-    parser = argparse.ArgumentParser(prog="python -m components.study", description=main.__doc__)
-    parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.bench")
-    args = parser.parse_args(argv)
-    data = load_summary(Path(args.results) / "summary.json")
-    write_study(data["methods"], data.get("meta", {}), Path(args.results))
-
-
-if __name__ == "__main__":
-    main()
+    write_figure(scaling_figure(rows, meta, "chains"), Path(out), "scaling_chains")
+    write_figure(energy_figure(rows, list(meta.get("families") or [])), Path(out), "energy")

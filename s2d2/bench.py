@@ -303,7 +303,8 @@ def energy_markdown(rows: list[dict], family_names: list[str]) -> str:
         if r.get("ar_energy") is None:
             continue
         cells = " | ".join(
-            "—" if r["ar_energy_by_family"].get(f) is None else f"{r['ar_energy_by_family'][f]:.3f}" for f in family_names
+            "—" if r["ar_energy_by_family"].get(f) is None else f"{r['ar_energy_by_family'][f]:.3f}"
+            for f in family_names
         )
         lines.append(f"| {r['method']} | {cells} |")
     return "\n".join(lines)
@@ -322,39 +323,51 @@ def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, fam
     sections = [
         table_markdown(rows, family_names),
         "## Where S2D2 pays off, per family\n\n" + regime_markdown(rows, family_names),
-        "## AR energy per output token (−log q under the model at block size 1)\n\n" + energy_markdown(rows, family_names),
+        "## AR energy per output token (−log q under the model at block size 1)\n\n"
+        + energy_markdown(rows, family_names),
     ]
     (out / "table.md").write_text("\n\n".join(sections) + "\n")
     return rows
 
 
+def run_on_development_split(model, args, candidates, family_names, test, out: Path, parallel, tag: str) -> list[dict]:
+    """Every candidate on the development split, sharded like the test grid; every process gets all rows."""
+    rank, world, _ = parallel
+    dev = development_problems(args.dev_problems, family_names, test)
+    bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"{tag}[{rank}/{world}]", position=rank)
+    results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
+    bar.close()
+    return summarize(candidates, exchange(results, out / "shards", tag, parallel))
+
+
+def write_tuning_report(path: Path, args, rule: str, chosen: dict, rows: list[dict]) -> None:
+    """What a tuning run saw and chose, so the choice can be checked."""
+    report = {
+        "development_problems_per_family": args.dev_problems,
+        "seed": DEV_SEED,
+        "rule": rule,
+        "chosen": {str(B): name for B, name in chosen.items()},
+        "candidates": rows,
+    }
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def tune_dynamic(model, args, family_names: list[str], test: list, out: Path, parallel) -> dict[int, str]:
     """The dynamic baseline's τ per block size, chosen on the development split as a user tuning it would:
     the most accurate τ (fewest forwards among ties). Rank 0 writes ``dynamic_tuning.json``."""
-    rank, world, _ = parallel
-    dev = development_problems(args.dev_problems, family_names, test)
     candidates = {
         name: config for name, config in paper_grid(args.max_new_tokens).items()
         if name.startswith("dynamic") and name != AGGRESSIVE_DYNAMIC
     }  # fmt: skip
-    bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"dynamic[{rank}/{world}]", position=rank)
-    results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
-    bar.close()
-    rows = summarize(candidates, exchange(results, out / "shards", "dynamic", parallel))
+    rows = run_on_development_split(model, args, candidates, family_names, test, out, parallel, "dynamic")
     chosen = {}
     for B in SCALING_BLOCKS:
         at_b = [r for r in rows if r["method"].startswith(f"dynamic B={B} ")]
         if at_b:
             chosen[B] = max(at_b, key=lambda r: (r["accuracy"], -r["nfe_per_problem"]))["method"]
-    if rank == 0:
-        report = {
-            "development_problems_per_family": args.dev_problems,
-            "seed": DEV_SEED,
-            "rule": "the most accurate τ per block size on the development split (fewest forwards among ties)",
-            "chosen": {str(B): name for B, name in chosen.items()},
-            "candidates": rows,
-        }
-        (out / "dynamic_tuning.json").write_text(json.dumps(report, indent=2) + "\n")
+    if parallel[0] == 0:
+        rule = "the most accurate τ per block size on the development split (fewest forwards among ties)"
+        write_tuning_report(out / "dynamic_tuning.json", args, rule, chosen, rows)
     return chosen
 
 
@@ -362,16 +375,10 @@ def tune(model, args, family_names: list[str], test: list, out: Path, parallel) 
     """Search the routers on the development split; returns the chosen router per block size (stochastic
     acceptance, as tuned, and its exact greedy-acceptance twin) for the test grid. Every process reads all
     shards and chooses the same, so the test grid is the same everywhere; rank 0 writes ``tuning.json``."""
-    rank, world, _ = parallel
-    dev = development_problems(args.dev_problems, family_names, test)
     candidates = {"AR": DecodeConfig(method="ar", max_new_tokens=args.max_new_tokens)}
     for B in (4, 16):
         candidates.update({f"B={B} {k}": v for k, v in router_candidates(B, args.max_new_tokens).items()})
-    bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"tune[{rank}/{world}]", position=rank)
-    results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
-    bar.close()
-    merged = exchange(results, out / "shards", "tune", parallel)
-    rows = summarize(candidates, merged)
+    rows = run_on_development_split(model, args, candidates, family_names, test, out, parallel, "tune")
     ar = next(r for r in rows if r["method"] == "AR")
     chosen, tuned = {}, {}
     for B in (4, 16):
@@ -383,15 +390,9 @@ def tune(model, args, family_names: list[str], test: list, out: Path, parallel) 
         tuned[f"S2D2 B={B} tuned ({label}), greedy acceptance + lookahead"] = config.replace(
             verify=dataclasses.replace(config.verify, acceptance="greedy")
         )
-    if rank == 0:
-        report = {
-            "development_problems_per_family": args.dev_problems,
-            "seed": DEV_SEED,
-            "rule": "fewest forwards within 1 point of AR's average accuracy on the development split",
-            "chosen": {str(B): name for B, name in chosen.items()},
-            "candidates": rows,
-        }
-        (out / "tuning.json").write_text(json.dumps(report, indent=2) + "\n")
+    if parallel[0] == 0:
+        rule = "fewest forwards within 1 point of AR's average accuracy on the development split"
+        write_tuning_report(out / "tuning.json", args, rule, chosen, rows)
     return tuned
 
 

@@ -43,8 +43,8 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     assert s2d2["nfe_per_problem"] == pytest.approx(forwards["S2D2 B=4 always (c=0)"] / 15)
     assert summary["meta"]["problems_per_family"] == 5
     benchmarks.main([str(single)])  # the figures are drawn from summary.json, outside the engine
-    for axis in ("nfe", "wall"):
-        assert (single / f"frontier_{axis}.html").stat().st_size > 1000
+    for name in ("frontier_nfe", "frontier_wall", "scaling_chains", "energy"):
+        assert (single / f"{name}.html").stat().st_size > 1000
     fig = frontier_figure(summary["methods"], "nfe")
     assert sorted(t.name for t in fig.data) == ["AR", "S2D2 always, stochastic + lookahead"]
     assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
