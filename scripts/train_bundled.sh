@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce the bundled model (assets/model, version 3) on a CPU: about 80 minutes on one core.
+# Reproduce the bundled model (assets/model, version 3) on a CPU: about 50 minutes on one core.
 #
 # Version 3 is version 2's weights (this repository's history at commit 0c19c62, whose copy of this
 # script retrains version 2 from version 1) trained one more stage on the long-answer `chains`
@@ -27,7 +27,7 @@ fi
 
 # One stage: 55% chains batches (the long answers dominate the time), one family per batch, batch 32,
 # block lengths up to 32, learning rate 5e-4 with cosine decay.
-"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 600 \
+"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 500 \
   --batch-size 32 --lr 5e-4 --warmup 50 --min-lr 2e-5 --max-positions 512 \
   --family-weights chains=0.55,arith=0.2,team=0.25 --batch-by-family \
   --block-lengths 1,2,4,8,16,32 --block-weights 0.25,0.05,0.15,0.15,0.2,0.2 --seed 5 \

@@ -2,17 +2,22 @@
 
 "Ann has 5 coins. She finds 3 more. Bob gives her 4 more. She loses 2. ...
 How many coins does Ann have at the end?" The solution works every step on
-its own line, named after the person whose count it is:
+its own numbered line:
 
-    Ann: 5 + 3 = 8 coins. Ann: 8 + 4 = 12 coins. Ann: 12 - 2 = 10 coins. ... The answer is 17.
+    Step 1: 5 + 3 = 8. Step 2: 8 + 4 = 12. Step 3: 12 - 2 = 10. ... The answer is 17.
 
-Answers run about 60 to 110 tokens, four to seven blocks of 16: the paper's
+Answers run about 60 to 100 tokens, four to seven blocks of 16: the paper's
 regime of worked solutions, where most of a decode is spent inside long
 answers. Each line's first operand is the total the previous line computed,
 and its result depends on it, so a decoder that fills a large block in
-parallel must guess totals whose inputs are not decided yet; the name and the
-item must agree with the first sentence. Left-to-right decoding conditions
-each line on the ones before it.
+parallel must guess totals whose inputs are not decided yet (and, as numbers
+grow from one digit to two, even where each line starts). Left-to-right
+decoding conditions each line on the ones before it.
+
+A first design tracked two people, each line named after the person it
+changed; after 200 training steps the model still wrote other names and items
+than the prompt's (0-3% of answers right), so lines are numbered instead of
+named, which leaves the carried totals as the hard part.
 
 The steps are described exactly as in the short word problems (``arith``); the
 question ("at the end") and the line format tell the two families apart.
@@ -30,7 +35,7 @@ MIN_STEPS, MAX_STEPS = 6, 8
 
 class Chains(TaskFamily):
     name = "chains"
-    description = "One count through six to eight steps, each worked on its own line (about 60-110 tokens)."
+    description = "One count through six to eight steps, each worked on its own numbered line (about 60-100 tokens)."
 
     def sample(self, rng: random.Random) -> Problem:
         name, other = rng.sample(sorted(NAMES), 2)
@@ -39,7 +44,7 @@ class Chains(TaskFamily):
         count = rng.randint(MIN_STEPS, MAX_STEPS)
         sentences, equations, key, total = draw_steps(rng, count, start, NAMES[name], other)
         prompt = " ".join([f"{name} has {start} {item}.", *sentences, f"How many {item} does {name} have at the end?"])
-        lines = [f"{name}: {a} {sign} {n} = {b} {item}." for a, sign, n, b in equations]
+        lines = [f"Step {k}: {a} {sign} {n} = {b}." for k, (a, sign, n, b) in enumerate(equations, 1)]
         reference = " ".join(lines + [f"The answer is {total}."])
         meta = {"answer": total, "name": name, "item": item, "steps": count}
         return Problem(self.name, prompt, reference, "chains:" + " ".join([str(start), *key]), meta)
