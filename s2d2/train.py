@@ -22,6 +22,12 @@ team design, one family per batch: 1800 steps with 70% team batches, then 1000
 steps at half the learning rate with 80%. ``scripts/train_bundled.sh`` runs
 both, resumably, with the exact flags.
 
+``--family fastdllm`` and ``--family llada2`` train the other two families'
+objectives instead (:mod:`s2d2.objectives`) and write the checkpoint in that
+family's own layout (:mod:`s2d2.layouts`); ``scripts/train_bundled_fastdllm.sh``
+and ``scripts/train_bundled_llada2.sh`` run them, and docs/TRAINING.md
+describes them.
+
 Deterministic for a seed on one machine; ``--resume`` continues from the last
 checkpoint in ``--out`` (with the checkpoint's tokenizer).
 """
@@ -42,7 +48,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
-from . import masks
+from . import masks, objectives
+from .layouts import FAMILIES, ExpertBalancer, build_model, fast_dllm_config, llada2_config, save_llada2_weights
 from .models.sdar import qwen3_config_from_sdar
 from .progress import progress_bar
 from .tasks import families, split_of
@@ -81,6 +88,18 @@ class TrainConfig:
     stop_after: int = 0  # end the run at this step (0: at --steps); the schedule still follows --steps
     batch_by_family: bool = False  # one family per batch (less padding); the bundled model's first runs mixed them
     init_from: str = ""  # start from this checkpoint's weights and tokenizer (fresh optimizer and schedule)
+    # The other families (see s2d2/objectives.py); every field below is ignored by --family sdar.
+    family: str = "sdar"  # which family's objective and on-disk layout: sdar, fastdllm, llada2
+    objective: str = "diffusion"  # fastdllm only: "causal" is stage 1, the plain causal LM that stage 2 adapts
+    tokenizer_from: str = ""  # a fresh run takes this checkpoint's tokenizer instead of training one
+    bd_size: int = 32  # fastdllm: its one training block size (config.json's bd_size)
+    causal_context: float = 0.5  # fastdllm: share of batches whose clean copy is attended causally
+    edit_rate: float = 0.1  # llada2: chance that a visible answer token of the noisy copy is corrupted
+    experts: int = 8  # llada2: routed experts per MoE layer
+    experts_per_token: int = 2
+    expert_groups: int = 4
+    expert_groups_per_token: int = 2
+    expert_size: int = 128  # llada2: each expert's intermediate size (the shared expert's too)
 
 
 class ProblemStream:
@@ -172,28 +191,38 @@ def write_random_checkpoint(path: Path, cfg: TrainConfig, seed: int = 0, init_st
     return Path(path)
 
 
-def make_batch(texts, tokenizer, block_length: int, mask_id: int, eos_id: int, gen: torch.Generator):
-    """Noisy and clean copies of a batch, padded with EOS to whole blocks (at least 16 tokens).
+def encode_batch(texts, tokenizer, unit: int, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chat texts as ``(clean ids (N, L), answer (N, L))``, padded with EOS to a multiple of ``unit``.
 
-    Returns ``(ids (N, 2L), targets (N, L), loss mask (N, L))``. Only answer
-    tokens (and the EOS padding after them) are ever masked; the prompt stays
-    clean, as in supervised fine-tuning.
+    ``answer`` marks the answer tokens and the EOS padding after them: the
+    positions every family's objective may corrupt and trains on. The prompt
+    stays clean, as in supervised fine-tuning.
     """
     encoded = []
     for prompt, answer in texts:
         prompt_ids = tokenizer(chat_text(prompt))["input_ids"]
         full = tokenizer(chat_text(prompt, answer))["input_ids"]
         encoded.append((len(prompt_ids), full))
-    unit = max(16, block_length)
     length = unit * math.ceil(max(len(f) for _, f in encoded) / unit)
     clean = torch.full((len(encoded), length), eos_id, dtype=torch.long)
     answer = torch.zeros(len(encoded), length, dtype=torch.bool)
     for row, (prompt_length, full) in enumerate(encoded):
         clean[row, : len(full)] = torch.tensor(full)
         answer[row, prompt_length:] = True
+    return clean, answer
+
+
+def make_batch(texts, tokenizer, block_length: int, mask_id: int, eos_id: int, gen: torch.Generator):
+    """Noisy and clean copies of a batch, padded with EOS to whole blocks (at least 16 tokens).
+
+    Returns ``(ids (N, 2L), targets (N, L), loss mask (N, L))``. Only answer
+    tokens (and the EOS padding after them) are ever masked.
+    """
+    clean, answer = encode_batch(texts, tokenizer, max(16, block_length), eos_id)
+    length = clean.shape[1]
     blocks = length // block_length
-    rate = torch.rand(len(encoded), blocks, generator=gen).repeat_interleave(block_length, dim=1)
-    noise = (torch.rand(len(encoded), length, generator=gen) < rate) & answer
+    rate = torch.rand(len(clean), blocks, generator=gen).repeat_interleave(block_length, dim=1)
+    noise = (torch.rand(len(clean), length, generator=gen) < rate) & answer
     noisy = torch.where(noise, torch.full_like(clean, mask_id), clean)
     return torch.cat([noisy, clean], dim=1), clean, noise
 
@@ -223,10 +252,18 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
 
 
 def save_checkpoint(model, tokenizer, config: dict, cfg: TrainConfig, path: Path) -> None:
-    """An HF-format checkpoint in SDAR's layout: config, safetensors, tokenizer."""
+    """An HF-format checkpoint in the family's layout: config, safetensors, tokenizer.
+
+    LLaDA2's parameter names are not the stock class's, so its weights are
+    renamed and regrouped while saving (:func:`s2d2.layouts.save_llada2_weights`).
+    """
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    if cfg.family == "llada2":
+        tmp.mkdir(parents=True)
+        save_llada2_weights(model, config, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     eos = config["eos_token_id"]
@@ -259,6 +296,49 @@ def load_initial_weights(model, path: Path) -> None:
     model.tie_weights()
 
 
+def checkpoint_config(cfg: TrainConfig, tokenizer) -> dict:
+    if cfg.family == "fastdllm":
+        return fast_dllm_config(cfg, tokenizer)
+    if cfg.family == "llada2":
+        return llada2_config(cfg, tokenizer)
+    return sdar_config(cfg, tokenizer)
+
+
+def new_model(cfg: TrainConfig, config: dict) -> torch.nn.Module:
+    if cfg.family == "sdar":
+        return Qwen3ForCausalLM(qwen3_config_from_sdar(config))
+    return build_model(cfg.family, config)
+
+
+def load_family_weights(model, path: str) -> None:
+    """Copy a checkpoint's weights into ``model`` through the family's own adapter.
+
+    The adapter undoes the family's layout (LLaDA2's fused attention and
+    per-expert modules) while loading, so every layout the loader reads can
+    seed a run, and a mismatch fails loudly.
+    """
+    from .models import load_model
+
+    loaded = load_model(path, device="cpu", dtype=torch.float32).model
+    model.load_state_dict(loaded.state_dict())
+
+
+def ordinary_token_ids(tokenizer) -> torch.Tensor:
+    """Sorted ids of every non-special token: what an editing corruption may write."""
+    special = set(tokenizer.all_special_ids)
+    return torch.tensor([i for i in range(len(tokenizer)) if i not in special])
+
+
+def family_batch(cfg: TrainConfig, texts, tokenizer, block_length: int, ids: dict, gen, causal_context: bool):
+    """The batch of ``cfg.family``'s objective (not SDAR's: :func:`make_batch` builds that)."""
+    clean, answer = encode_batch(texts, tokenizer, max(16, block_length), ids["eos"])
+    if cfg.objective == "causal":
+        return objectives.causal_lm_batch(clean, answer)
+    if cfg.family == "fastdllm":
+        return objectives.fast_dllm_batch(clean, answer, block_length, ids["mask"], gen, causal_context)
+    return objectives.llada2_batch(clean, answer, block_length, ids["mask"], gen, cfg.edit_rate, ids["ordinary"])
+
+
 def train(cfg: TrainConfig, resume: bool = False) -> Path:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -275,16 +355,20 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     # So does a run initialised from another checkpoint.
     if resuming:
         tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    elif cfg.init_from:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from)
+    elif cfg.init_from or cfg.tokenizer_from:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.init_from or cfg.tokenizer_from)
     else:
         tokenizer = build_tokenizer(cfg)
-    config = sdar_config(cfg, tokenizer)
-    model = Qwen3ForCausalLM(qwen3_config_from_sdar(config))
+    config = checkpoint_config(cfg, tokenizer)
+    model = new_model(cfg, config)
     if cfg.init_from and not resuming:
-        load_initial_weights(model, Path(cfg.init_from))
+        if cfg.family == "sdar":
+            load_initial_weights(model, Path(cfg.init_from))
+        else:
+            load_family_weights(model, cfg.init_from)
         print(f"initialised from {cfg.init_from}")
     model.to(device)
+    balancer = ExpertBalancer(model) if cfg.family == "llada2" else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     stream = ProblemStream(cfg.family_weights, cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -305,22 +389,36 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
 
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params / 1e6:.2f}M parameters on {device}; vocab {config['vocab_size']}")
-    mask_id, eos_id = config["mask_token_id"], config["eos_token_id"]
+    eos_id = config["eos_token_id"]
+    mask_id = config.get("mask_token_id", tokenizer.mask_token_id)
+    ids = {"mask": mask_id, "eos": eos_id}
+    if cfg.family == "llada2":
+        ids["ordinary"] = ordinary_token_ids(tokenizer)
     bar = progress_bar(cfg.steps, "train", initial=step)
     start = time.time()
     model.train()
     last = min(cfg.steps, cfg.stop_after or cfg.steps)
     while step < last:
-        block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
+        if cfg.family == "fastdllm":
+            block_length = cfg.bd_size
+        else:
+            block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
         texts = stream.batch(cfg.batch_size, cfg.batch_by_family)
-        ids, targets, loss_mask = make_batch(texts, tokenizer, block_length, mask_id, eos_id, gen)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, step)
-        loss = masked_loss(model, ids.to(device), targets.to(device), loss_mask.to(device), block_length)
+        if cfg.family == "sdar":
+            inputs, targets, loss_mask = make_batch(texts, tokenizer, block_length, mask_id, eos_id, gen)
+            loss = masked_loss(model, inputs.to(device), targets.to(device), loss_mask.to(device), block_length)
+        else:
+            causal_context = cfg.family == "fastdllm" and block_rng.random() < cfg.causal_context
+            batch = family_batch(cfg, texts, tokenizer, block_length, ids, gen, causal_context)
+            loss = objectives.family_loss(model, batch, device)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
+        if balancer is not None:
+            balancer.step()
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", B=block_length)
@@ -350,6 +448,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     return checkpoint
 
 
+CHOICES = {"family": FAMILIES, "objective": ("diffusion", "causal")}
+
+
 def parse_args(argv=None) -> tuple[TrainConfig, bool]:
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="python -m s2d2.train", description="Train the bundled block-diffusion LM.")
@@ -366,7 +467,9 @@ def parse_args(argv=None) -> tuple[TrainConfig, bool]:
             )
             continue
         flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
+        if name in CHOICES:
+            parser.add_argument(flag, choices=CHOICES[name], default=value)
+        elif isinstance(value, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
         else:
             parser.add_argument(flag, type=type(value), default=value)
@@ -382,6 +485,8 @@ def parse_args(argv=None) -> tuple[TrainConfig, bool]:
     cfg = TrainConfig(**args)
     if len(cfg.block_lengths) != len(cfg.block_weights):
         parser.error("--block-lengths and --block-weights need one entry each")
+    if cfg.objective == "causal" and cfg.family != "fastdllm":
+        parser.error("--objective causal is Fast-dLLM v2's first stage: use it with --family fastdllm")
     return cfg, resume
 
 
