@@ -279,19 +279,22 @@ def regime_markdown(rows: list[dict], family_names: list[str]) -> str:
         "| cheapest dynamic at ≥ acc. (NFE) | × fewer forwards | fastest dynamic at ≥ acc. (wall) | × less wall time |",
         "|---|---:|---|---:|---:|---:|---:|---|---:|---|---:|",
     ]
+
+    def ratio(reference, key, value):
+        return f"{reference[key][f] / value:.2f}×" if reference else "—"
+
     for f in family_names:
         best = min(exact, key=lambda r: r["nfe_by_family"][f])
         acc, nfe, wall = best["accuracy_by_family"][f], best["nfe_by_family"][f], best["wall_by_family"][f]
         matched = [r for r in dynamic if r["accuracy_by_family"][f] >= acc]
         by_nfe = min(matched, key=lambda r: r["nfe_by_family"][f]) if matched else None
         by_wall = min(matched, key=lambda r: r["wall_by_family"][f]) if matched else None
-        nfe_ref = f"{by_nfe['method']} ({by_nfe['nfe_by_family'][f]:.1f})" if by_nfe else "none"
-        wall_ref = f"{by_wall['method']} ({by_wall['wall_by_family'][f]:.3f} s)" if by_wall else "none"
+        nfe_ref = f"{by_nfe['method']} ({by_nfe['nfe_by_family'][f]:.1f})" if by_nfe else "none as accurate"
+        wall_ref = f"{by_wall['method']} ({by_wall['wall_by_family'][f]:.3f} s)" if by_wall else "none as accurate"
         lines.append(
             f"| {f} | {ar['nfe_by_family'][f]:.1f} | {best['method']} | {100 * acc:.1f} | {nfe:.1f} | {wall:.3f} | "
             f"{ar['nfe_by_family'][f] / nfe:.2f}× | {nfe_ref} | "
-            f"{(by_nfe['nfe_by_family'][f] / nfe) if by_nfe else float('nan'):.2f}× | {wall_ref} | "
-            f"{(by_wall['wall_by_family'][f] / wall) if by_wall else float('nan'):.2f}× |"
+            f"{ratio(by_nfe, 'nfe_by_family', nfe)} | {wall_ref} | {ratio(by_wall, 'wall_by_family', wall)} |"
         )
     return "\n".join(lines)
 
