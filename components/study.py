@@ -78,8 +78,14 @@ def scaling_figure(rows: list[dict], meta: dict, family: str = "chains") -> go.F
                 hovertemplate="%{text}<br>accuracy %{y:.1f}%<extra></extra>",
             )
         )
-    fig.update_xaxes(title_text="block size B", type="log", tickvals=list(SCALING_BLOCKS), gridcolor="#e2e8f0")
-    fig.update_yaxes(title_text=f"accuracy on {family} (%)")
+    ar = next((r for r in rows if r["method"] == "AR"), None)
+    if ar and ar["accuracy_by_family"].get(family) is not None:
+        level = 100 * ar["accuracy_by_family"][family]
+        fig.add_hline(y=level, line=dict(color="#64748b", dash="dot"), annotation_text=f"AR {level:.1f}%")
+    fig.update_xaxes(
+        title_text="block size B", type="log", tickvals=list(SCALING_BLOCKS), range=[0.5, 1.6], gridcolor="#e2e8f0"
+    )
+    fig.update_yaxes(title_text=f"accuracy on {family} (%)", range=[0, 103])
     return _layout(fig, f"Accuracy against block size on {family} (Figure 3)")
 
 
