@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from s2d2.bench import AGGRESSIVE_DYNAMIC, SCALING_BLOCKS, scaling_series
 
@@ -49,44 +50,56 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     return fig
 
 
-def scaling_figure(rows: list[dict], meta: dict, family: str = "chains") -> go.Figure:
-    """Figure 3: accuracy on ``family`` against block size, one line per decoder."""
+def scaling_figure(rows: list[dict], meta: dict, families: list[str]) -> go.Figure:
+    """Figure 3: accuracy against block size, one panel per task family, one line per decoder."""
     choice = {int(B): name for B, name in (meta.get("dynamic_best_tau") or {}).items()}
-    series = {
-        label: [p for p in points if p["accuracy"] is not None]
-        for label, points in scaling_series(rows, choice, family).items()
+    panels = {
+        family: {
+            label: [p for p in points if p["accuracy"] is not None]
+            for label, points in scaling_series(rows, choice, family).items()
+        }
+        for family in families
     }
-    if not any(series.values()):
-        return empty_figure(f"No block-size sweep on {family} in this benchmark.")
-    fig = go.Figure()
-    for label, points in series.items():
-        if not points:
-            continue
-        color, symbol, dash = SERIES_STYLE[label]
-        fig.add_trace(
-            go.Scatter(
-                x=[p["block_length"] for p in points],
-                y=[100 * p["accuracy"] for p in points],
-                mode="markers+lines",
-                name=label,
-                line=dict(color=color, width=2, dash=dash),
-                marker=dict(color=color, symbol=symbol, size=12, line=dict(color="white", width=1)),
-                text=[
-                    p["method"] if p["nfe"] is None else f"{p['method']}<br>{p['nfe']:.1f} forwards / problem"
-                    for p in points
-                ],
-                hovertemplate="%{text}<br>accuracy %{y:.1f}%<extra></extra>",
-            )
-        )
+    panels = {family: series for family, series in panels.items() if any(series.values())}
+    if not panels:
+        return empty_figure("No block-size sweep in this benchmark.")
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels), shared_yaxes=True)
     ar = next((r for r in rows if r["method"] == "AR"), None)
-    if ar and ar["accuracy_by_family"].get(family) is not None:
-        level = 100 * ar["accuracy_by_family"][family]
-        fig.add_hline(y=level, line=dict(color="#64748b", dash="dot"), annotation_text=f"AR {level:.1f}%")
+    for col, (family, series) in enumerate(panels.items(), 1):
+        for label, points in series.items():
+            if not points:
+                continue
+            color, symbol, dash = SERIES_STYLE[label]
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["block_length"] for p in points],
+                    y=[100 * p["accuracy"] for p in points],
+                    mode="markers+lines",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=col == 1,
+                    line=dict(color=color, width=2, dash=dash),
+                    marker=dict(color=color, symbol=symbol, size=11, line=dict(color="white", width=1)),
+                    text=[
+                        p["method"] if p["nfe"] is None else f"{p['method']}<br>{p['nfe']:.1f} forwards / problem"
+                        for p in points
+                    ],
+                    hovertemplate=family + ": %{text}<br>accuracy %{y:.1f}%<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        if ar and ar["accuracy_by_family"].get(family) is not None:
+            level = 100 * ar["accuracy_by_family"][family]
+            fig.add_hline(
+                y=level, line=dict(color="#64748b", dash="dot"), annotation_text=f"AR {level:.1f}%", row=1, col=col
+            )
     fig.update_xaxes(
         title_text="block size B", type="log", tickvals=list(SCALING_BLOCKS), range=[0.5, 1.6], gridcolor="#e2e8f0"
     )
-    fig.update_yaxes(title_text=f"accuracy on {family} (%)", range=[0, 103])
-    return _layout(fig, f"Accuracy against block size on {family} (Figure 3)")
+    fig.update_yaxes(range=[0, 103])
+    fig.update_yaxes(title_text="accuracy (%)", row=1, col=1)
+    return _layout(fig, "Accuracy against block size (Figure 3): plain diffusion decoding against S2D2")
 
 
 def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
@@ -113,8 +126,9 @@ def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
 
 
 def write_study(rows: list[dict], meta: dict, out: Path) -> None:
-    """Figure 3 (on chains) and Figure 2 as HTML, and PNG where kaleido finds a browser."""
+    """Figure 3 and Figure 2 as HTML, and PNG where kaleido finds a browser."""
     from .benchmarks import write_figure
 
-    write_figure(scaling_figure(rows, meta, "chains"), Path(out), "scaling_chains")
-    write_figure(energy_figure(rows, list(meta.get("families") or [])), Path(out), "energy")
+    families = list(meta.get("families") or [])
+    write_figure(scaling_figure(rows, meta, families), Path(out), "scaling")
+    write_figure(energy_figure(rows, families), Path(out), "energy")

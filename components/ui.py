@@ -475,7 +475,7 @@ def benchmark_views(path: str | None = None) -> list:
         status_html(note, "info"),
         frontier_figure(rows, "nfe"),
         frontier_figure(rows, "wall"),
-        scaling_figure(rows, meta, "chains"),
+        scaling_figure(rows, meta, families),
         energy_figure(rows, families),
         summary_frame(rows),
     ]

@@ -43,7 +43,7 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     assert s2d2["nfe_per_problem"] == pytest.approx(forwards["S2D2 B=4 always (c=0)"] / 15)
     assert summary["meta"]["problems_per_family"] == 5
     benchmarks.main([str(single)])  # the figures are drawn from summary.json, outside the engine
-    for name in ("frontier_nfe", "frontier_wall", "scaling_chains", "energy"):
+    for name in ("frontier_nfe", "frontier_wall", "scaling", "energy"):
         assert (single / f"{name}.html").stat().st_size > 1000
     fig = frontier_figure(summary["methods"], "nfe")
     assert sorted(t.name for t in fig.data) == ["AR", "S2D2 always, stochastic + lookahead"]
@@ -130,7 +130,7 @@ def test_tune_dynamic_chooses_the_most_accurate_tau_per_block_size_and_figure_3_
     assert [p["block_length"] for p in series["dynamic (best τ on dev)"]] == list(bench.SCALING_BLOCKS)
     assert [p["block_length"] for p in series["S2D2 config B (stochastic)"]] == [4]
     assert [p["block_length"] for p in series["S2D2 exact (greedy) + lookahead"]] == [32]
-    assert len(scaling_figure(rows, meta).data) == 3
+    assert len(scaling_figure(rows, meta, ["chains"]).data) == 3
 
 
 def test_tune_searches_routers_on_a_disjoint_split_and_adds_the_best_per_block_size(tiny_path, tmp_path):
