@@ -54,12 +54,10 @@ _CANCELS: dict[str, threading.Event] = {}
 STREAM_EVERY = 0.3  # seconds between streamed updates: a few per second
 
 BUNDLED_CAN = (
-    "**What the bundled model can do.** It is a 4.8M-parameter model trained by this project on three "
-    "synthetic tasks only: word problems with + and − (*Tom has 4 rocks. He buys 8 more. …*), long worked "
-    "answers that track two people's counts step by step (*Ann has 5 coins and Bob has 7 coins. Ann gives 2 "
-    "to Bob. …*) and team picks (*Pick two different players from … Then cheer for the first one.*). It "
-    "cannot write open text: other prompts give a word or two of nonsense. Pick a hub model (GPU) for open "
-    "prompts."
+    "**What the bundled model can do.** It is a 4.8M-parameter model trained by this project on two "
+    "synthetic tasks only: word problems with + and − (*Tom has 4 rocks. He buys 8 more. …*) and team picks "
+    "(*Pick two different players from … Then cheer for the first one.*). It cannot write open text: "
+    "other prompts give a word or two of nonsense. Pick a hub model (GPU) for open prompts."
 )
 SECTIONS = (
     ("decoding", "**Diffusion** — blocks and the confidence rule, shared by the baseline and S2D2."),

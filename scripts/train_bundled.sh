@@ -1,36 +1,36 @@
 #!/usr/bin/env bash
-# Reproduce the bundled model (assets/model, version 3) on a CPU: about 50 minutes on one core.
+# Reproduce the bundled model (assets/model, version 2) on a CPU in about 100 minutes on 2 cores.
 #
-# Version 3 is version 2's weights (this repository's history at commit 0c19c62, whose copy of this
-# script retrains version 2 from version 1) trained one more stage on the long-answer `chains`
-# family beside arith and team, with block lengths up to 32 and 512 positions. The stage passes
-# --resume, so running this script again after an interruption continues from the last checkpoint
-# (every 50 steps) instead of starting over. The last step scores AR greedy decoding on 500 held-out
-# problems per family; copy runs/bundled-v3/checkpoint/* into assets/model to use the result.
+# Version 2 is version 1's weights (kept in this repository's history at commit 43c3419) trained in
+# two more stages on the current team family. Every stage passes --resume, so running this script
+# again after an interruption continues from the last checkpoint (every 100 steps) instead of
+# starting over, and a finished stage is skipped. The last step scores AR greedy decoding on 500
+# held-out problems per family; copy runs/bundled-v3/checkpoint/* into assets/model to use the result.
 #
-#   scripts/train_bundled.sh   # PYTHON=... the interpreter, RUNS=... the output folder, THREADS=N torch threads
+#   scripts/train_bundled.sh            # PYTHON=... to choose the interpreter, RUNS=... the output folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 runs=${RUNS:-runs}
-threads=${THREADS:-0}  # 0: torch's default (every core)
-v2_commit=0c19c62
+v1_commit=43c3419
 
-if [ ! -f "$runs/bundled-v2-final/model.safetensors" ]; then
-  if ! git cat-file -e "$v2_commit^{commit}" 2>/dev/null; then
-    echo "error: commit $v2_commit (version 2's weights) is not in this clone; run 'git fetch --unshallow' first" >&2
+if [ ! -f "$runs/bundled-v1/model.safetensors" ]; then
+  if ! git cat-file -e "$v1_commit^{commit}" 2>/dev/null; then
+    echo "error: commit $v1_commit (version 1's weights) is not in this clone; run 'git fetch --unshallow' first" >&2
     exit 1
   fi
-  mkdir -p "$runs/bundled-v2-final"
-  git archive "$v2_commit" assets/model | tar -x -C "$runs/bundled-v2-final" --strip-components=2
+  mkdir -p "$runs/bundled-v1"
+  git archive "$v1_commit" assets/model | tar -x -C "$runs/bundled-v1" --strip-components=2
 fi
 
-# One stage: 55% chains batches (the long answers dominate the time), one family per batch, batch 32,
-# block lengths up to 32, learning rate 5e-4 with cosine decay.
-"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 500 \
-  --batch-size 32 --lr 5e-4 --warmup 50 --min-lr 2e-5 --max-positions 512 \
-  --family-weights chains=0.55,arith=0.2,team=0.25 --batch-by-family \
-  --block-lengths 1,2,4,8,16,32 --block-weights 0.25,0.05,0.15,0.15,0.2,0.2 --seed 5 \
-  --checkpoint-every 50 --eval-every 200 --eval-problems 30 --threads "$threads" --resume
+# Stage 1: 1,800 steps, 70% team batches, one family per batch (about 64 minutes).
+"$python" -m s2d2.train --out "$runs/bundled-v2" --init-from "$runs/bundled-v1" --steps 1800 --lr 1e-3 \
+  --warmup 100 --min-lr 5e-5 --family-weights arith=0.3,team=0.7 --batch-by-family \
+  --checkpoint-every 100 --eval-every 200 --resume
+
+# Stage 2: 1,000 steps at half the learning rate, 80% team batches, fresh data order (about 36 minutes).
+"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2/checkpoint" --steps 1000 \
+  --lr 5e-4 --warmup 50 --min-lr 2e-5 --family-weights arith=0.2,team=0.8 --batch-by-family --seed 3 \
+  --checkpoint-every 100 --eval-every 250 --resume
 
 "$python" -m s2d2.evaluate --model "$runs/bundled-v3/checkpoint" --problems 500 --methods AR

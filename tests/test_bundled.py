@@ -48,17 +48,16 @@ def test_bundled_model_is_an_sdar_checkpoint_loaded_offline(bundled):
     config = json.loads((MODEL / "config.json").read_text())
     assert config["model_type"] == "sdar" and config["architectures"] == ["SDARForCausalLM"]
     assert config["mask_token_id"] == bundled.mask_token_id
-    assert set(config["block_lengths"]) == {1, 2, 4, 8, 16, 32}
-    assert config["max_position_embeddings"] == 512
+    assert set(config["block_lengths"]) == {1, 2, 4, 8, 16}
     assert isinstance(bundled, SDARModel) and bundled.family == "sdar"
     assert (MODEL / "model.safetensors").stat().st_size <= 30 * 2**20
     assert (MODEL / "generation_config.json").exists() and (MODEL / "README.md").exists()
 
 
-BUDGET = 160  # the longest chains answer is under 140 tokens
+BUDGET = 160  # the longest chains answer is under 120 tokens
 
 
-@pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
+@pytest.mark.parametrize("family_name", ["arith", "team"])
 def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(bundled, family_name):
     family = get_family(family_name)
     problems = family.problems("heldout", 20, seed=4242)
@@ -69,7 +68,17 @@ def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(bundled
     assert solved >= 18
 
 
-@pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
+def test_exact_s2d2_writes_ar_output_on_long_chains_answers(bundled):
+    """Exactness does not depend on the answer being right: on the chains prompts (which version 2 was
+    never trained on, and mostly gets wrong) exact S2D2 still writes AR's tokens, block after block."""
+    problems = get_family("chains").problems("heldout", 10, seed=4242)
+    exact = preset_config("exact", block_length=16, steps=16, max_new_tokens=BUDGET)
+    for p in problems:
+        ar = generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET))
+        assert generate(bundled, p.prompt, exact).output_ids == ar.output_ids
+
+
+@pytest.mark.parametrize("family_name", ["arith", "team"])
 def test_parallel_commits_break_answers_and_exact_s2d2_repairs_them(bundled, family_name):
     """The demo's point on both families: aggressive threshold decoding commits digits without their context
     and fills symmetric name slots together (20/20 → 11/20 and 3/20 when this was written); S2D2 with exact
