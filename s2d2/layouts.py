@@ -28,6 +28,7 @@ EXPERT_BIAS_RATE = 1e-3  # aux-loss-free balancing step (DeepSeek-V3's u; LLaDA2
 
 
 def shared_fields(cfg, tokenizer) -> dict:
+    """The ``config.json`` fields every family's layout writes the same way (the vocabulary padded to 64)."""
     vocab = 64 * math.ceil(len(tokenizer) / 64)
     eos = tokenizer.convert_tokens_to_ids(EOS)
     return {

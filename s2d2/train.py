@@ -49,11 +49,19 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
 from . import masks, objectives
-from .layouts import FAMILIES, ExpertBalancer, build_model, fast_dllm_config, llada2_config, save_llada2_weights
+from .layouts import (
+    FAMILIES,
+    ExpertBalancer,
+    build_model,
+    fast_dllm_config,
+    llada2_config,
+    save_llada2_weights,
+    shared_fields,
+)
 from .models.sdar import qwen3_config_from_sdar
 from .progress import progress_bar
 from .tasks import families, split_of
-from .tokenizer import EOS, MASK, chat_text, train_tokenizer
+from .tokenizer import MASK, chat_text, train_tokenizer
 
 
 @dataclass
@@ -142,29 +150,16 @@ def build_tokenizer(cfg: TrainConfig):
 
 def sdar_config(cfg: TrainConfig, tokenizer) -> dict:
     """The checkpoint's ``config.json``, in SDAR's on-disk layout."""
-    vocab = 64 * math.ceil(len(tokenizer) / 64)
-    eos = tokenizer.convert_tokens_to_ids(EOS)
     return {
         "architectures": ["SDARForCausalLM"],
         "model_type": "sdar",
-        "vocab_size": vocab,
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.layers,
-        "num_attention_heads": cfg.heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **shared_fields(cfg, tokenizer),
         "head_dim": cfg.hidden_size // cfg.heads,
-        "hidden_act": "silu",
-        "max_position_embeddings": cfg.max_positions,
-        "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "attention_bias": False,
         "attention_dropout": 0.0,
         "tie_word_embeddings": True,
         "use_cache": True,
-        "bos_token_id": eos,
-        "eos_token_id": eos,
-        "pad_token_id": tokenizer.pad_token_id,
         "mask_token_id": tokenizer.convert_tokens_to_ids(MASK),
         "block_lengths": list(cfg.block_lengths),
         "torch_dtype": "float32",
