@@ -76,7 +76,8 @@ def missing_detail(trace: Trace) -> str:
     """Why a trace has no top-k to show."""
     if trace.schema_version < DETAIL_VERSION:
         return (
-            f"this trace was saved before schema version {DETAIL_VERSION}, when traces began to record the "
+            f"this trace (schema version {trace.schema_version}) was saved before schema version {DETAIL_VERSION}, "
+            "when traces began to record the "
             "top-k of p and q, u and the residual; decode again to see them"
         )
     return "this run was decoded with trace_top_k = 0, so no top-k was recorded"
@@ -102,7 +103,9 @@ def acceptance_test(trace: Trace, d: Decision, show: Callable[[int], str]) -> st
     ratio = "q/p" if gamma == 1.0 else f"(q/p)^{gamma:g}"
     probability = r.accept_probability if r.accept_probability is not None else min(1.0, r.ratio**gamma)
     test = f"min(1, {ratio}) = {probability:.2f}"
-    first_rejected = step.route.span_start + step.accepted if step.route is not None and step.accepted is not None else None
+    first_rejected = (
+        step.route.span_start + step.accepted if step.route is not None and step.accepted is not None else None
+    )
     if first_rejected is not None and r.position - step.block_start > first_rejected:
         if r.outcome == RATIO:
             return f"after the first rejection: {test} ≥ ratio threshold {verify.get('ratio_threshold')}: committed"
@@ -184,13 +187,20 @@ def describe_position(trace: Trace, position: int, show: Callable[[int], str] | 
         if r.p_top:
             lines.append("  p top-k: " + ", ".join(f"{show(t)} {p:.3f}" for t, p in r.p_top))
         if r.q is not None:
-            lines.append(f"  q = {r.q:.3f}, residual energy e = {r.energy:+.3f}, residual mass Σ(q − p)+ = {r.residual_mass:.3f}")
+            lines.append(
+                f"  q = {r.q:.3f}, residual energy e = {r.energy:+.3f}, residual mass Σ(q − p)+ = {r.residual_mass:.3f}"
+            )
             if r.q_top:
                 lines.append("  q top-k: " + ", ".join(f"{show(t)} {p:.3f}" for t, p in r.q_top))
             lines.append("  " + acceptance_test(trace, d, show))
             if r.residual_top:
                 greedy = trace.config.get("verify", {}).get("acceptance") == "greedy"
-                lines.append("  residual (q − p)+ top-k" + (" (what stochastic acceptance would resample from)" if greedy else "") + ": " + ", ".join(f"{show(t)} {p:.3f}" for t, p in r.residual_top))
+                lines.append(
+                    "  residual (q − p)+ top-k"
+                    + (" (what stochastic acceptance would resample from)" if greedy else "")
+                    + ": "
+                    + ", ".join(f"{show(t)} {p:.3f}" for t, p in r.residual_top)
+                )
         rule = rule_test(trace, d)
         if rule:
             lines.append("  " + rule)
