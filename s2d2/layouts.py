@@ -94,12 +94,20 @@ def llada2_config(cfg, tokenizer) -> dict:
     }
 
 
-def build_model(family: str, config: dict) -> torch.nn.Module:
-    """The stock network the family's adapter runs, freshly initialised."""
+def build_model(family: str, config: dict, device: str = "cpu") -> torch.nn.Module:
+    """The stock network the family's adapter runs, freshly initialised, for training on ``device``.
+
+    On an accelerator the MoE experts run transformers' eager loop over
+    experts: its grouped-matmul kernels are not built for float32 on every
+    CUDA build, and the eager loop is the same computation.
+    """
     if family == "fastdllm":
         return Qwen2ForCausalLM(qwen2_config_from_fast_dllm(config))
     if family == "llada2":
-        return LLaDA2AsGlm4MoeForCausalLM(glm4_moe_config_from_llada2(config))
+        moe_config = glm4_moe_config_from_llada2(config)
+        if device != "cpu":
+            moe_config._experts_implementation = "eager"
+        return LLaDA2AsGlm4MoeForCausalLM(moe_config)
     raise ValueError(f"no layout for family {family!r}")
 
 

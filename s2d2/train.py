@@ -96,6 +96,8 @@ class TrainConfig:
     stop_after: int = 0  # end the run at this step (0: at --steps); the schedule still follows --steps
     batch_by_family: bool = False  # one family per batch (less padding); the bundled model's first runs mixed them
     init_from: str = ""  # start from this checkpoint's weights and tokenizer (fresh optimizer and schedule)
+    loader_workers: int = 0  # >0: worker processes build batches ahead, each step's batch seeded by (seed, step)
+    time_budget: float = 0.0  # seconds; >0: --steps is re-fixed early in the run from its speed, to end in time
     # The other families (see s2d2/objectives.py); every field below is ignored by --family sdar.
     family: str = "sdar"  # which family's objective and on-disk layout: sdar, fastdllm, llada2
     objective: str = "diffusion"  # fastdllm only: "causal" is stage 1, the plain causal LM that stage 2 adapts
@@ -299,10 +301,10 @@ def checkpoint_config(cfg: TrainConfig, tokenizer) -> dict:
     return sdar_config(cfg, tokenizer)
 
 
-def new_model(cfg: TrainConfig, config: dict) -> torch.nn.Module:
+def new_model(cfg: TrainConfig, config: dict, device: str = "cpu") -> torch.nn.Module:
     if cfg.family == "sdar":
         return Qwen3ForCausalLM(qwen3_config_from_sdar(config))
-    return build_model(cfg.family, config)
+    return build_model(cfg.family, config, device)
 
 
 def load_family_weights(model, path: str) -> None:
@@ -334,6 +336,82 @@ def family_batch(cfg: TrainConfig, texts, tokenizer, block_length: int, ids: dic
     return objectives.llada2_batch(clean, answer, block_length, ids["mask"], gen, cfg.edit_rate, ids["ordinary"])
 
 
+def draw_batch(cfg: TrainConfig, tokenizer, ids: dict, stream: ProblemStream, block_rng, gen):
+    """One step's ``(block length, batch)``, drawing from the three generators in a fixed order."""
+    if cfg.family == "fastdllm":
+        block_length = cfg.bd_size
+    else:
+        block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
+    texts = stream.batch(cfg.batch_size, cfg.batch_by_family)
+    if cfg.family == "sdar":
+        return block_length, make_batch(texts, tokenizer, block_length, ids["mask"], ids["eos"], gen)
+    causal_context = cfg.family == "fastdllm" and block_rng.random() < cfg.causal_context
+    return block_length, family_batch(cfg, texts, tokenizer, block_length, ids, gen, causal_context)
+
+
+def batch_loss(cfg: TrainConfig, model, block_length: int, batch, device) -> torch.Tensor:
+    if cfg.family == "sdar":
+        inputs, targets, loss_mask = batch
+        return masked_loss(model, inputs.to(device), targets.to(device), loss_mask.to(device), block_length)
+    return objectives.family_loss(model, batch, device)
+
+
+class StepBatches(torch.utils.data.Dataset):
+    """Step ``first + i``'s batch, drawn from generators seeded by ``(seed, step)`` alone (``--loader-workers``).
+
+    The in-process stream's generators carry their state from step to step, so
+    only one process can draw from it, and on an accelerator building a batch
+    in Python takes about as long as the step itself. Here a step's batch
+    depends on nothing before it: worker processes build batches ahead, the
+    sequence is the same for any number of workers, and a resumed run needs no
+    generator state.
+    """
+
+    def __init__(self, cfg: TrainConfig, tokenizer, ids: dict, first: int, last: int):
+        self.cfg, self.tokenizer, self.ids = cfg, tokenizer, ids
+        self.first, self.last = first, last
+        self.stream = ProblemStream(cfg.family_weights, cfg.seed)
+
+    def __len__(self) -> int:
+        return self.last - self.first
+
+    def __getitem__(self, index: int):
+        step = self.first + index
+        self.stream.rng = random.Random(f"train-step:{self.cfg.seed}:{step}")
+        block_rng = random.Random(f"blocks-step:{self.cfg.seed}:{step}")
+        gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step)
+        return draw_batch(self.cfg, self.tokenizer, self.ids, self.stream, block_rng, gen)
+
+
+def batch_source(cfg: TrainConfig, tokenizer, ids: dict, generators: tuple, first: int, last: int):
+    """A function returning the next step's ``(block length, batch)``: in this process, or from workers."""
+    if not cfg.loader_workers:
+        return lambda: draw_batch(cfg, tokenizer, ids, *generators)
+    loader = torch.utils.data.DataLoader(
+        StepBatches(cfg, tokenizer, ids, first, last),
+        batch_size=None,
+        num_workers=cfg.loader_workers,
+        prefetch_factor=8,
+    )
+    batches = iter(loader)
+    return lambda: next(batches)
+
+
+BUDGET_PROBE = (20, 100)  # a --time-budget run measures its speed between these steps (after warm-up kernels)
+BUDGET_MARGIN = 0.93  # share of the remaining budget planned for steps: checkpoints and slower batches take the rest
+
+
+def budgeted_steps(cfg: TrainConfig, step: int, elapsed: float, per_step: float) -> int:
+    """The run's total steps so that it ends inside ``cfg.time_budget`` at the measured speed (never more than --steps).
+
+    The cosine schedule then decays over these steps, so the last step runs at
+    the minimum learning rate; the number is saved in ``train_config.json``,
+    where ``--steps`` reproduces the run without a budget on any machine.
+    """
+    remaining = max(0.0, cfg.time_budget - elapsed)
+    return min(cfg.steps, step + int(BUDGET_MARGIN * remaining / per_step))
+
+
 def train(cfg: TrainConfig, resume: bool = False) -> Path:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -355,7 +433,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     else:
         tokenizer = build_tokenizer(cfg)
     config = checkpoint_config(cfg, tokenizer)
-    model = new_model(cfg, config)
+    model = new_model(cfg, config, device)
     if cfg.init_from and not resuming:
         if cfg.family == "sdar":
             load_initial_weights(model, Path(cfg.init_from))
@@ -392,22 +470,15 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     bar = progress_bar(cfg.steps, "train", initial=step)
     start = time.time()
     model.train()
+    first = step
     last = min(cfg.steps, cfg.stop_after or cfg.steps)
+    next_batch = batch_source(cfg, tokenizer, ids, (stream, block_rng, gen), first, last)
+    probe_started = 0.0
     while step < last:
-        if cfg.family == "fastdllm":
-            block_length = cfg.bd_size
-        else:
-            block_length = block_rng.choices(cfg.block_lengths, cfg.block_weights)[0]
-        texts = stream.batch(cfg.batch_size, cfg.batch_by_family)
+        block_length, batch = next_batch()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg, step)
-        if cfg.family == "sdar":
-            inputs, targets, loss_mask = make_batch(texts, tokenizer, block_length, mask_id, eos_id, gen)
-            loss = masked_loss(model, inputs.to(device), targets.to(device), loss_mask.to(device), block_length)
-        else:
-            causal_context = cfg.family == "fastdllm" and block_rng.random() < cfg.causal_context
-            batch = family_batch(cfg, texts, tokenizer, block_length, ids, gen, causal_context)
-            loss = objectives.family_loss(model, batch, device)
+        loss = batch_loss(cfg, model, block_length, batch, device)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -415,14 +486,24 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
         if balancer is not None:
             balancer.step()
         step += 1
+        value = loss.item()
         bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", B=block_length)
-        entry = {
-            "step": step,
-            "loss": round(loss.item(), 4),
-            "block_length": block_length,
-            "seconds": round(time.time() - start, 1),
-        }
+        bar.set_postfix(loss=f"{value:.3f}", B=block_length)
+        elapsed = time.time() - start
+        entry = {"step": step, "loss": round(value, 4), "block_length": block_length, "seconds": round(elapsed, 1)}
+        if cfg.time_budget:
+            if step == first + BUDGET_PROBE[0]:
+                probe_started = elapsed
+            if step == first + BUDGET_PROBE[1]:
+                per_step = (elapsed - probe_started) / (BUDGET_PROBE[1] - BUDGET_PROBE[0])
+                cfg.steps = budgeted_steps(cfg, step, elapsed, per_step)
+                last = min(cfg.steps, cfg.stop_after or cfg.steps)
+                bar.total = cfg.steps
+                entry["steps_fixed"] = cfg.steps
+                bar.write(f"time budget {cfg.time_budget:.0f}s at {per_step * 1000:.0f} ms/step: {cfg.steps} steps")
+            if elapsed >= cfg.time_budget and step < last:
+                last = step
+                entry["stopped_by_budget"] = True
         if step % cfg.checkpoint_every == 0 or step == last:
             model.eval()
             save_checkpoint(model, tokenizer, config, cfg, checkpoint)

@@ -11,8 +11,8 @@ with ``task_manager=TaskManager(include_path=str(TASKS_DIR))`` for the project's
 See docs/EVALUATION.md.
 """
 
-from .harness import TASKS_DIR, main, simple_evaluate
 from ..likelihood import ar_logprobs
+from .harness import TASKS_DIR, main, simple_evaluate
 from .model import S2D2LM
 
 __all__ = ["S2D2LM", "TASKS_DIR", "ar_logprobs", "main", "simple_evaluate"]

@@ -36,8 +36,8 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, load_model
-from ..settings import SETTINGS
 from ..likelihood import Scored, ar_logprobs
+from ..settings import SETTINGS
 
 log = logging.getLogger(__name__)
 
