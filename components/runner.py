@@ -23,7 +23,7 @@ import torch
 
 from s2d2.config import COMMIT_RULES, PRESETS, DecodeConfig, config_from_settings
 from s2d2.decode import Decoder
-from s2d2.models import DEFAULT_MODEL, BlockDiffusionModel, load_model
+from s2d2.models import BUNDLED_MODELS, BlockDiffusionModel, load_model
 from s2d2.models.catalog import MODEL_CATALOG
 from s2d2.settings import BY_NAME, SETTINGS, Setting
 from s2d2.trace import Trace, summarize
@@ -68,15 +68,15 @@ def defaults() -> dict:
 
 
 def model_ids() -> list[str]:
-    """The public model names: ``bundled`` and the catalog's hub ids (never a server path)."""
-    return [BUNDLED] + [m.hub_id for m in MODEL_CATALOG]
+    """The public model names: the bundled models' ids and the catalog's hub ids (never a server path)."""
+    return [*BUNDLED_MODELS] + [m.hub_id for m in MODEL_CATALOG]
 
 
 def model_source(model_id: str | None) -> str:
     """Where a public model id loads from; anything else is refused in one line."""
     model_id = (model_id or BUNDLED).strip()
-    if model_id == BUNDLED:
-        return DEFAULT_MODEL
+    if model_id in BUNDLED_MODELS:
+        return BUNDLED_MODELS[model_id]
     if model_id in model_ids():
         return model_id
     raise ValueError(f"unknown model {model_id!r}; choose one of {', '.join(model_ids())}")
@@ -179,8 +179,8 @@ class ModelCache:
         with self._lock:
             if source not in self._models:
                 self._models[source] = load_model(source, announce=announce)
-                if source == DEFAULT_MODEL and self._models[source].device.type == "cpu":
-                    # The bundled model's forwards are tiny: one thread is as fast, and on a shared
+                if source in BUNDLED_MODELS.values() and self._models[source].device.type == "cpu":
+                    # A bundled model's forwards are tiny: one thread is as fast, and on a shared
                     # 2-core machine far steadier (S2D2's wall speedup over AR on one example, 4 runs
                     # at load 5.8: 2.45–2.69 with one thread, 0.18–6.24 with two).
                     torch.set_num_threads(1)

@@ -51,12 +51,14 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
 
 
 def scaling_figure(rows: list[dict], meta: dict, families: list[str]) -> go.Figure:
-    """Figure 3: accuracy against block size, one panel per task family, one line per decoder."""
+    """Figure 3: accuracy against block size (Fast-dLLM v2: sub-block size), one panel per task family, one line
+    per decoder."""
     choice = {int(B): name for B, name in (meta.get("dynamic_best_tau") or {}).items()}
+    unit = meta.get("scaling_unit", "B")
     panels = {
         family: {
             label: [p for p in points if p["accuracy"] is not None]
-            for label, points in scaling_series(rows, choice, family).items()
+            for label, points in scaling_series(rows, choice, family, unit).items()
         }
         for family in families
     }
@@ -95,7 +97,11 @@ def scaling_figure(rows: list[dict], meta: dict, families: list[str]) -> go.Figu
                 y=level, line=dict(color="#64748b", dash="dot"), annotation_text=f"AR {level:.1f}%", row=1, col=col
             )
     fig.update_xaxes(
-        title_text="block size B", type="log", tickvals=list(SCALING_BLOCKS), range=[0.5, 1.6], gridcolor="#e2e8f0"
+        title_text="block size B" if unit == "B" else f"{unit} size (inside 32-token blocks)",
+        type="log",
+        tickvals=list(SCALING_BLOCKS),
+        range=[0.5, 1.6],
+        gridcolor="#e2e8f0",
     )
     fig.update_yaxes(range=[0, 103])
     fig.update_yaxes(title_text="accuracy (%)", row=1, col=1)

@@ -48,16 +48,21 @@ from .views import PLOT_IDS, build_views, text_panel
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
 BENCHMARK_SUMMARY = ASSETS.parent / "docs" / "results" / "bundled" / "summary.json"
-BUNDLED_LABEL = "bundled 4.8M (CPU, offline)"
+BUNDLED_LABELS = {
+    "bundled": "bundled SDAR 4.8M (CPU, offline)",
+    "bundled-fast-dllm-v2": "bundled Fast-dLLM v2 4.8M (CPU, offline)",
+    "bundled-llada2": "bundled LLaDA2.x MoE 6.4M (CPU, offline)",
+}
 MODELS = ModelCache()
 _CANCELS: dict[str, threading.Event] = {}
 STREAM_EVERY = 0.3  # seconds between streamed updates: a few per second
 
 BUNDLED_CAN = (
-    "**What the bundled model can do.** It is a 4.8M-parameter model trained by this project on two "
-    "synthetic tasks only: word problems with + and − (*Tom has 4 rocks. He buys 8 more. …*) and team picks "
-    "(*Pick two different players from … Then cheer for the first one.*). It cannot write open text: "
-    "other prompts give a word or two of nonsense. Pick a hub model (GPU) for open prompts."
+    "**What the bundled models can do.** Three small models trained by this project, one per block-diffusion "
+    "family (SDAR, Fast-dLLM v2, LLaDA2.x), on three synthetic tasks only: word problems with + and − "
+    "(*Tom has 4 rocks. He buys 8 more. …*), team picks (*Pick two different players from … Then cheer for "
+    "the first one.*) and chains, worked answers of 6–8 steps (*Fay has 13 coins. She gives 10 to Ned. …*). They cannot write "
+    "open text: other prompts give a word or two of nonsense. Pick a hub model (GPU) for open prompts."
 )
 SECTIONS = (
     ("decoding", "**Diffusion** — blocks and the confidence rule, shared by the baseline and S2D2."),
@@ -67,10 +72,10 @@ SECTIONS = (
 
 
 def model_choices() -> list[tuple[str, str]]:
-    """(label, public id) pairs for the model picker: the bundled model first."""
+    """(label, public id) pairs for the model picker: the bundled models first, the SDAR one the default."""
     from s2d2.models.catalog import MODEL_CATALOG
 
-    choices = [(BUNDLED_LABEL, BUNDLED)]
+    choices = [(label, model_id) for model_id, label in BUNDLED_LABELS.items()]
     choices += [
         (f"{m.hub_id} ({m.parameters_billion:g}B, {m.bf16_gb:.0f} GB bf16, GPU)", m.hub_id) for m in MODEL_CATALOG
     ]

@@ -49,39 +49,54 @@ from .models import DEFAULT_MODEL, load_model
 from .progress import progress_bar
 from .tasks import families
 
-GRIDS = ("paper", "tiny")
-
-
-SCALING_BLOCKS = (4, 8, 16, 32)  # Figure 3's block sizes
+SCALING_BLOCKS = (4, 8, 16, 32)  # Figure 3's block sizes (Fast-dLLM v2: sub-block sizes inside its 32-token block)
 DYNAMIC_TAUS = (0.5, 0.7, 0.9)
 AGGRESSIVE_DYNAMIC = "dynamic B=16 τ=0.3"  # Figure 2's parallel trajectory: far from what AR would write
 
 
-def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
-    """The paper's Table 1 and Figure 3 on one model.
+def scaling_grid(unit: str, layout, max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """Figure 3's sweep over the parallel unit (``B`` or ``sub-block``): a dynamic τ sweep, config B (stochastic
+    acceptance, always verify, no lookahead, as the paper runs it) and exact S2D2 (greedy acceptance, always
+    verify, lookahead: output identical to AR) at every size. ``layout(size)`` gives the block fields."""
+    common = dict(max_new_tokens=max_new_tokens)
+    grid = {}
+    for size in SCALING_BLOCKS:
+        for tau in DYNAMIC_TAUS:
+            grid[f"dynamic {unit}={size} τ={tau}"] = DecodeConfig(
+                method="dynamic", threshold=tau, **layout(size), **common
+            )
+    for size in SCALING_BLOCKS:
+        config_b = preset_config("sdar-b", **layout(size), **common)
+        grid[f"S2D2 {unit}={size} always (c=0)"] = config_b.replace(lookahead=False)
+        grid[f"S2D2 {unit}={size} exact + lookahead"] = config_b.replace(
+            lookahead=True, verify=dataclasses.replace(config_b.verify, acceptance="greedy")
+        )
+    return grid
 
-    AR; static B ∈ {4, 16, 32}; a dynamic τ sweep at every B of Figure 3 (and
-    the aggressive τ = 0.3 at B = 16 for Figure 2); config B (stochastic
-    acceptance, always verify, as the paper runs it: no lookahead) and exact
-    S2D2 (greedy acceptance, always verify, lookahead: output identical to AR)
-    at every B; and at B = 16 config A, the hysteresis router, and each S2D2
-    configuration with and without lookahead.
+
+def whole_blocks(size: int) -> dict:
+    return dict(block_length=size, steps=size)
+
+
+def fast_dllm_sub_blocks(size: int) -> dict:
+    """Fast-dLLM v2 decodes 32-token blocks (its training block, ``bd_size``) in sub-blocks of ``size``."""
+    return dict(block_length=32, sub_block_length=size, steps=size)
+
+
+def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """The paper's Table 1 and Figure 3 on an SDAR model.
+
+    AR; static B ∈ {4, 16, 32}; Figure 3's sweep over B (:func:`scaling_grid`),
+    and the aggressive dynamic τ = 0.3 at B = 16 for Figure 2; and at B = 16
+    config A, the hysteresis router, and each S2D2 configuration with and
+    without lookahead.
     """
     common = dict(max_new_tokens=max_new_tokens)
     grid = {"AR": DecodeConfig(method="ar", **common)}
     for B, steps in ((4, 4), (16, 16), (16, 8), (32, 16)):
         grid[f"static B={B} steps={steps}"] = DecodeConfig(method="static", block_length=B, steps=steps, **common)
-    for B in SCALING_BLOCKS:
-        for tau in DYNAMIC_TAUS:
-            grid[f"dynamic B={B} τ={tau}"] = DecodeConfig(method="dynamic", block_length=B, threshold=tau, **common)
+    grid.update(scaling_grid("B", whole_blocks, max_new_tokens))
     grid[AGGRESSIVE_DYNAMIC] = DecodeConfig(method="dynamic", block_length=16, threshold=0.3, **common)
-    for B in SCALING_BLOCKS:
-        layout = dict(block_length=B, steps=B, **common)
-        config_b = preset_config("sdar-b", **layout)
-        grid[f"S2D2 B={B} always (c=0)"] = config_b.replace(lookahead=False)
-        grid[f"S2D2 B={B} exact + lookahead"] = config_b.replace(
-            lookahead=True, verify=dataclasses.replace(config_b.verify, acceptance="greedy")
-        )
     layout = dict(block_length=16, steps=16, **common)
     grid["S2D2 B=16 always (c=0) + lookahead"] = preset_config("sdar-b", **layout, lookahead=True)
     grid["S2D2 B=16 exact"] = preset_config("sdar-b", **layout, lookahead=False, verify=dict(acceptance="greedy"))
@@ -94,14 +109,55 @@ def paper_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
     return grid
 
 
-def scaling_series(rows: list[dict], dynamic_choice: dict[int, str], family: str) -> dict[str, list]:
-    """Figure 3's data: accuracy on ``family`` against block size for the dynamic baseline (the τ chosen per
-    block size on the development split), config B and exact S2D2. Block sizes with no row are left out."""
+def fastdllm_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """The paper's Table 2 shape on a Fast-dLLM v2 model, and Figure 3 over sub-block sizes.
+
+    AR; Fast-dLLM v2's own threshold decoding at τ = 0.9 in sub-blocks of 4,
+    16 and 32 (the baselines of configurations A, B, C) inside the τ sweep;
+    S2D2 configurations A and B (hysteresis router) and C (minimum span), as
+    the paper runs them; config B's always-verify score and exact S2D2 at
+    every sub-block size.
+    """
+    common = dict(max_new_tokens=max_new_tokens)
+    grid = {"AR": DecodeConfig(method="ar", **common)}
+    grid.update(scaling_grid("sub-block", fast_dllm_sub_blocks, max_new_tokens))
+    for label, preset in (("A", "fastdllm-a"), ("B", "fastdllm-b"), ("C", "fastdllm-c")):
+        config = preset_config(preset, **common)
+        grid[f"S2D2 Fast-dLLM config {label} (sub-block {config.sub_block_length}, {config.verify.policy})"] = config
+    return grid
+
+
+def llada2_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
+    """The paper's Table 3 shape on a LLaDA2.x model, and Figure 3 over block sizes.
+
+    AR; LLaDA2's static baseline (32-token blocks, 32 and 16 steps); its
+    threshold decoding at the conservative (τ_mask 0.95, τ_edit 0.9) and
+    quality (0.7, 0.5) settings with and without token editing; S2D2 at both
+    settings, with and without editing; and Figure 3's sweep over B.
+    """
+    common = dict(max_new_tokens=max_new_tokens)
+    grid = {"AR": DecodeConfig(method="ar", **common)}
+    for steps in (32, 16):
+        grid[f"static B=32 steps={steps}"] = DecodeConfig(method="static", block_length=32, steps=steps, **common)
+    grid.update(scaling_grid("B", whole_blocks, max_new_tokens))
+    for setting in ("conservative", "quality"):
+        s2d2 = preset_config(f"llada2-{setting}", **common)
+        rule = dict(method="dynamic", block_length=32, steps=32, threshold=s2d2.threshold, **common)
+        grid[f"threshold B=32 {setting} + editing"] = DecodeConfig(edit_threshold=s2d2.edit_threshold, **rule)
+        grid[f"threshold B=32 {setting}, no editing"] = DecodeConfig(**rule)
+        grid[f"S2D2 B=32 {setting} + editing"] = s2d2
+        grid[f"S2D2 B=32 {setting}, no editing"] = s2d2.replace(edit_threshold=None)
+    return grid
+
+
+def scaling_series(rows: list[dict], dynamic_choice: dict[int, str], family: str, unit: str = "B") -> dict[str, list]:
+    """Figure 3's data: accuracy on ``family`` against the parallel unit's size for the dynamic baseline (the τ
+    chosen per size on the development split), config B and exact S2D2. Sizes with no row are left out."""
     by_name = {r["method"]: r for r in rows}
     series = {
         "dynamic (best τ on dev)": {B: dynamic_choice.get(B) for B in SCALING_BLOCKS},
-        "S2D2 config B (stochastic)": {B: f"S2D2 B={B} always (c=0)" for B in SCALING_BLOCKS},
-        "S2D2 exact (greedy) + lookahead": {B: f"S2D2 B={B} exact + lookahead" for B in SCALING_BLOCKS},
+        "S2D2 config B (stochastic)": {B: f"S2D2 {unit}={B} always (c=0)" for B in SCALING_BLOCKS},
+        "S2D2 exact (greedy) + lookahead": {B: f"S2D2 {unit}={B} exact + lookahead" for B in SCALING_BLOCKS},
     }
     out = {}
     for label, names in series.items():
@@ -171,6 +227,12 @@ def tiny_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
         "AR": DecodeConfig(method="ar", max_new_tokens=max_new_tokens),
         "S2D2 B=4 always (c=0)": preset_config("sdar-b", block_length=4, steps=4, max_new_tokens=max_new_tokens),
     }
+
+
+GRIDS = {"paper": paper_grid, "fastdllm": fastdllm_grid, "llada2": llada2_grid, "tiny": tiny_grid}
+# The parallel unit each grid's Figure 3 sweeps (method names say ``{unit}={size}``) and its block layout.
+SCALING = {"fastdllm": ("sub-block", fast_dllm_sub_blocks)}
+WHOLE_BLOCKS = ("B", whole_blocks)
 
 
 def parallel_state():
@@ -358,14 +420,15 @@ def write_tuning_report(path: Path, args, rule: str, chosen: dict, rows: list[di
 def tune_dynamic(model, args, family_names: list[str], test: list, out: Path, parallel) -> dict[int, str]:
     """The dynamic baseline's τ per block size, chosen on the development split as a user tuning it would:
     the most accurate τ (fewest forwards among ties). Rank 0 writes ``dynamic_tuning.json``."""
+    unit, layout = SCALING.get(args.grid, WHOLE_BLOCKS)
     candidates = {
-        name: config for name, config in paper_grid(args.max_new_tokens).items()
-        if name.startswith("dynamic") and name != AGGRESSIVE_DYNAMIC
+        name: config for name, config in scaling_grid(unit, layout, args.max_new_tokens).items()
+        if name.startswith("dynamic")
     }  # fmt: skip
     rows = run_on_development_split(model, args, candidates, family_names, test, out, parallel, "dynamic")
     chosen = {}
     for B in SCALING_BLOCKS:
-        at_b = [r for r in rows if r["method"].startswith(f"dynamic B={B} ")]
+        at_b = [r for r in rows if r["method"].startswith(f"dynamic {unit}={B} ")]
         if at_b:
             chosen[B] = max(at_b, key=lambda r: (r["accuracy"], -r["nfe_per_problem"]))["method"]
     if parallel[0] == 0:
@@ -406,7 +469,10 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint directory or Hub id")
     parser.add_argument("--problems", type=int, default=500, help="held-out problems per family")
     parser.add_argument("--families", default=",".join(families()))
-    parser.add_argument("--grid", choices=GRIDS, default="paper")
+    parser.add_argument(
+        "--grid", choices=list(GRIDS), default="paper",
+        help="paper: Table 1 (SDAR); fastdllm: Table 2 (Fast-dLLM v2); llada2: Table 3 (LLaDA2.x); tiny: two methods",
+    )  # fmt: skip
     parser.add_argument(
         "--methods", default="", help="keep only methods whose name contains one of these comma-separated strings"
     )
@@ -434,7 +500,7 @@ def main(argv=None) -> None:
     if device == "cpu" and world > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     family_names = args.families.split(",")
-    grid = (paper_grid if args.grid == "paper" else tiny_grid)(args.max_new_tokens)
+    grid = GRIDS[args.grid](args.max_new_tokens)
     if args.methods:
         keys = args.methods.split(",")
         grid = {k: v for k, v in grid.items() if any(key in k for key in keys)}
@@ -472,6 +538,7 @@ def main(argv=None) -> None:
         "seconds": round(time.time() - start, 1),
         "command": "python -m s2d2.bench " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "dynamic_best_tau": {str(B): name for B, name in dynamic_choice.items()},
+        "scaling_unit": SCALING.get(args.grid, WHOLE_BLOCKS)[0],
     }
     rows = write_outputs(out, grid, merged, meta, family_names)
     print(table_markdown(rows, family_names))

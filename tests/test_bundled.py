@@ -48,7 +48,7 @@ def test_bundled_model_is_an_sdar_checkpoint_loaded_offline(bundled):
     config = json.loads((MODEL / "config.json").read_text())
     assert config["model_type"] == "sdar" and config["architectures"] == ["SDARForCausalLM"]
     assert config["mask_token_id"] == bundled.mask_token_id
-    assert set(config["block_lengths"]) == {1, 2, 4, 8, 16}
+    assert set(config["block_lengths"]) == {1, 2, 4, 8, 16, 32} and config["max_position_embeddings"] == 512
     assert isinstance(bundled, SDARModel) and bundled.family == "sdar"
     assert (MODEL / "model.safetensors").stat().st_size <= 30 * 2**20
     assert (MODEL / "generation_config.json").exists() and (MODEL / "README.md").exists()
@@ -57,7 +57,7 @@ def test_bundled_model_is_an_sdar_checkpoint_loaded_offline(bundled):
 BUDGET = 160  # the longest chains answer is under 120 tokens
 
 
-@pytest.mark.parametrize("family_name", ["arith", "team"])
+@pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
 def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(bundled, family_name):
     family = get_family(family_name)
     problems = family.problems("heldout", 20, seed=4242)
@@ -69,8 +69,7 @@ def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(bundled
 
 
 def test_exact_s2d2_writes_ar_output_on_long_chains_answers(bundled):
-    """Exactness does not depend on the answer being right: on the chains prompts (which version 2 was
-    never trained on, and mostly gets wrong) exact S2D2 still writes AR's tokens, block after block."""
+    """On answers of 6–8 worked lines, 4–8 blocks of 16, exact S2D2 writes AR's tokens block after block."""
     problems = get_family("chains").problems("heldout", 10, seed=4242)
     exact = preset_config("exact", block_length=16, steps=16, max_new_tokens=BUDGET)
     for p in problems:
@@ -78,15 +77,16 @@ def test_exact_s2d2_writes_ar_output_on_long_chains_answers(bundled):
         assert generate(bundled, p.prompt, exact).output_ids == ar.output_ids
 
 
-@pytest.mark.parametrize("family_name", ["arith", "team"])
-def test_parallel_commits_break_answers_and_exact_s2d2_repairs_them(bundled, family_name):
-    """The demo's point on both families: aggressive threshold decoding commits digits without their context
-    and fills symmetric name slots together (20/20 → 11/20 and 3/20 when this was written); S2D2 with exact
-    acceptance drafts the same way and returns AR's text, after rejecting some of those drafts."""
+@pytest.mark.parametrize("family_name, block_length", [("team", 16), ("chains", 32)])
+def test_parallel_commits_break_answers_and_exact_s2d2_repairs_them(bundled, family_name, block_length):
+    """The demo's point: aggressive threshold decoding fills symmetric name slots together and commits a
+    line's total before the line that carries it; S2D2 with exact acceptance drafts the same way and returns
+    AR's text, after rejecting some of those drafts. Version 3 solves arith, and chains at B = 16, even at
+    τ = 0.3 (20/20 each); chains break at B = 32 (2/20), team picks at B = 16 (3/20)."""
     family = get_family(family_name)
     problems = family.problems("heldout", 20, seed=4242)
-    parallel = DecodeConfig(method="dynamic", block_length=16, threshold=0.3, max_new_tokens=BUDGET)
-    exact = preset_config("exact", block_length=16, steps=16, max_new_tokens=BUDGET)
+    parallel = DecodeConfig(method="dynamic", block_length=block_length, threshold=0.3, max_new_tokens=BUDGET)
+    exact = preset_config("exact", block_length=block_length, steps=block_length, max_new_tokens=BUDGET)
     ar = [generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET)) for p in problems]
     broken = [generate(bundled, p.prompt, parallel) for p in problems]
     repaired = [generate(bundled, p.prompt, exact) for p in problems]

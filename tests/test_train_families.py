@@ -25,8 +25,12 @@ from s2d2.models.fastdllm import FastDLLMModel
 from s2d2.models.llada2 import LLaDA2Model
 from s2d2.objectives import IGNORE
 from s2d2.train import (
+    BUDGET_PROBE,
     ProblemStream,
+    StepBatches,
     TrainConfig,
+    batch_source,
+    budgeted_steps,
     checkpoint_config,
     encode_batch,
     new_model,
@@ -240,3 +244,44 @@ def test_family_flags_parse_and_sdar_stays_the_default():
         parse_args(["--family", "mystery"])
     with pytest.raises(SystemExit):
         parse_args(["--family", "llada2", "--objective", "causal"])
+
+
+@pytest.mark.parametrize("family", ["sdar", "fastdllm", "llada2"])
+def test_step_batches_depend_on_seed_and_step_only_whatever_builds_them(family, bundled_tokenizer):
+    """``--loader-workers``: step i's batch is the same drawn in this process, twice, or by two workers."""
+    cfg = replace(TINY, family=family, loader_workers=2)
+    ids = {"mask": bundled_tokenizer.mask_token_id, "eos": bundled_tokenizer.eos_token_id,
+           "ordinary": ordinary_token_ids(bundled_tokenizer)}  # fmt: skip
+
+    def tensors(batch):
+        return list(batch) if isinstance(batch, (tuple, list)) else [batch.ids, batch.targets, batch.allowed]
+
+    here = StepBatches(cfg, bundled_tokenizer, ids, 5, 9)
+    drawn = [here[i] for i in range(4)]
+    again = StepBatches(cfg, bundled_tokenizer, ids, 5, 9)[2]
+    assert again[0] == drawn[2][0] and all(torch.equal(a, b) for a, b in zip(tensors(again[1]), tensors(drawn[2][1])))
+    assert not torch.equal(tensors(drawn[0][1])[0], tensors(drawn[1][1])[0])
+    workers = batch_source(cfg, bundled_tokenizer, ids, (), 5, 9)
+    for block_length, batch in drawn:
+        got_length, got = workers()
+        assert got_length == block_length
+        assert all(torch.equal(a, b) for a, b in zip(tensors(got), tensors(batch)))
+
+
+def test_time_budget_fixes_the_step_count_from_the_measured_speed():
+    cfg = replace(TINY, steps=100_000, time_budget=100.0)
+    # 10 s spent, 0.07 s a step: 93% of the 90 s left is 1195.7 more steps.
+    assert budgeted_steps(cfg, 100, 10.0, 0.07) == 100 + 1195
+    assert budgeted_steps(replace(cfg, steps=500), 100, 10.0, 0.05) == 500  # never more than --steps
+    assert budgeted_steps(cfg, 100, 120.0, 0.05) == 100  # already over: stop here
+
+
+def test_a_budgeted_run_records_the_steps_it_fixed(tmp_path):
+    cfg = replace(TINY, out=str(tmp_path), steps=100_000, time_budget=600.0, stop_after=BUDGET_PROBE[1] + 2,
+                  checkpoint_every=1000, loader_workers=1)  # fmt: skip
+    train(cfg)
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    fixed = [e["steps_fixed"] for e in log if "steps_fixed" in e]
+    assert len(fixed) == 1 and BUDGET_PROBE[1] < fixed[0] < 100_000
+    saved = json.loads((tmp_path / "checkpoint" / "train_config.json").read_text())
+    assert saved["steps"] == fixed[0] and log[-1]["step"] == BUDGET_PROBE[1] + 2

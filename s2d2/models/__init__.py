@@ -17,9 +17,17 @@ from .fastdllm import FastDLLMModel
 from .llada2 import LLaDA2Model
 from .sdar import SDARModel
 
-__all__ = ["BlockDiffusionModel", "KVSession", "ModelLoadError", "load_model", "DEFAULT_MODEL", "ADAPTERS"]
+__all__ = ["BlockDiffusionModel", "KVSession", "ModelLoadError", "load_model", "DEFAULT_MODEL", "BUNDLED_MODELS", "ADAPTERS"]
 
-DEFAULT_MODEL = str(Path(__file__).resolve().parents[2] / "assets" / "model")
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+DEFAULT_MODEL = str(ASSETS / "model")
+# The models the project trains and ships, one per family, by public id: each loads offline through the same
+# adapter as that family's Hub checkpoints (assets/*/README.md is each one's model card).
+BUNDLED_MODELS = {
+    "bundled": DEFAULT_MODEL,
+    "bundled-fast-dllm-v2": str(ASSETS / "model-fast-dllm-v2"),
+    "bundled-llada2": str(ASSETS / "model-llada2"),
+}
 ADAPTERS = (SDARModel, FastDLLMModel, LLaDA2Model)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -97,7 +105,7 @@ def load_model(
     device_map: str | dict | None = None,
     announce: Callable[[str], None] | None = None,
 ) -> BlockDiffusionModel:
-    """Load a block-diffusion checkpoint (directory or Hub id) behind the engine's interface.
+    """Load a block-diffusion checkpoint (a bundled model's id, a directory or a Hub id) behind the engine's interface.
 
     fp32 on CPU and bf16 on GPU unless ``dtype`` says otherwise. ``device_map``
     (e.g. ``"auto"``, needs accelerate) is handed to ``from_pretrained`` so a
@@ -106,6 +114,7 @@ def load_model(
     """
     from transformers import AutoTokenizer
 
+    source = BUNDLED_MODELS.get(source, source)
     device = device or default_device()
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     offline = not Path(source).is_dir() and (os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable())
@@ -146,5 +155,6 @@ def describe(source: str, family: str, config: dict, dtype: torch.dtype) -> str:
 def _display_name(source: str) -> str:
     path = Path(source)
     if path.is_dir():
-        return "bundled" if path.resolve() == Path(DEFAULT_MODEL) else path.name
+        names = {Path(p).resolve(): name for name, p in BUNDLED_MODELS.items()}
+        return names.get(path.resolve(), path.name)
     return source

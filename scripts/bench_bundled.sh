@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The benchmark grids of the three bundled models on this machine's CPU cores, one process per core:
+#   SDAR (Table 1, Figure 3 over B, Figure 2)  -> docs/results/bundled
+#   Fast-dLLM v2 (Table 2, Figure 3 over sub-block sizes) -> docs/results/bundled-fast-dllm-v2
+#   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
+# Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
+# Problem counts are sized so the three grids finish in about an hour on two cores; PROBLEMS=500 gives the
+# paper-sized study (several hours there). Nothing else may run meanwhile: the tables report wall time.
+#
+#   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAMILY_PROBLEMS=... for the other two
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-.venv/bin/python}
+launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${PROCESSES:-2}" --num_machines 1
+  --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
+problems=${PROBLEMS:-100}
+family_problems=${FAMILY_PROBLEMS:-60}
+
+"${launch[@]}" --model bundled --grid paper --problems "$problems" --dev-problems 30 --out docs/results/bundled
+"${launch[@]}" --model bundled-fast-dllm-v2 --grid fastdllm --problems "$family_problems" --dev-problems 20 \
+  --out docs/results/bundled-fast-dllm-v2
+"${launch[@]}" --model bundled-llada2 --grid llada2 --problems "$family_problems" --dev-problems 20 \
+  --out docs/results/bundled-llada2
+for out in docs/results/bundled docs/results/bundled-fast-dllm-v2 docs/results/bundled-llada2; do
+  "$python" -m components.benchmarks "$out"
+done
