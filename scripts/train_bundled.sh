@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Reproduce the bundled model (assets/model, version 2) on a CPU in about 100 minutes on 2 cores.
+# Reproduce version 2 of the bundled model (commit 0c19c62; assets/model is now version 3, scripts/train_gpu.sh)
+# on a CPU in about 100 minutes on 2 cores.
 #
 # Version 2 is version 1's weights (kept in this repository's history at commit 43c3419) trained in
 # two more stages on the current team family. Every stage passes --resume, so running this script
 # again after an interruption continues from the last checkpoint (every 100 steps) instead of
 # starting over, and a finished stage is skipped. The last step scores AR greedy decoding on 500
-# held-out problems per family; copy runs/bundled-v3/checkpoint/* into assets/model to use the result.
+# held-out problems per family; the result is in runs/bundled-v2/checkpoint.
 #
 #   scripts/train_bundled.sh            # PYTHON=... to choose the interpreter, RUNS=... the output folder
 set -euo pipefail
@@ -24,13 +25,13 @@ if [ ! -f "$runs/bundled-v1/model.safetensors" ]; then
 fi
 
 # Stage 1: 1,800 steps, 70% team batches, one family per batch (about 64 minutes).
-"$python" -m s2d2.train --out "$runs/bundled-v2" --init-from "$runs/bundled-v1" --steps 1800 --lr 1e-3 \
+"$python" -m s2d2.train --out "$runs/bundled-v2-stage1" --init-from "$runs/bundled-v1" --steps 1800 --lr 1e-3 \
   --warmup 100 --min-lr 5e-5 --family-weights arith=0.3,team=0.7 --batch-by-family \
   --checkpoint-every 100 --eval-every 200 --resume
 
 # Stage 2: 1,000 steps at half the learning rate, 80% team batches, fresh data order (about 36 minutes).
-"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2/checkpoint" --steps 1000 \
+"$python" -m s2d2.train --out "$runs/bundled-v2" --init-from "$runs/bundled-v2-stage1/checkpoint" --steps 1000 \
   --lr 5e-4 --warmup 50 --min-lr 2e-5 --family-weights arith=0.2,team=0.8 --batch-by-family --seed 3 \
   --checkpoint-every 100 --eval-every 250 --resume
 
-"$python" -m s2d2.evaluate --model "$runs/bundled-v3/checkpoint" --problems 500 --methods AR
+"$python" -m s2d2.evaluate --model "$runs/bundled-v2/checkpoint" --problems 500 --methods AR
