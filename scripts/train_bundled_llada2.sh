@@ -3,7 +3,8 @@
 # of which 2 per token plus a shared one; 6.4M parameters, 24 MB fp32) on a CPU with LLaDA2's block-diffusion objective
 # plus token-to-token editing (10% of visible answer tokens corrupted; docs/TRAINING.md). Block sizes
 # 1 to 32 are mixed as for the SDAR model, so AR decoding (block size 1) works on the same weights.
-# Not run yet: no weights exist, and no catalog entry points at runs/llada2.
+# Not run to the end on a CPU: the shipped weights (assets/model-llada2) are this recipe run on one GPU by
+# scripts/train_gpu.sh, 2,542 steps at batch 32 (its model card says how).
 #
 # Budget: about 2 hours on two cores. The step time was measured with --threads 1 on a shared machine
 # (the other core was training another model), 5 steps at these flags: about 8 s/step (batch 16

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The attempted version 3 of the bundled model (NOT shipped: assets/model is still version 2).
+# The first attempt at version 3 of the bundled model, on two CPU cores (NOT what shipped: assets/model is
+# version 3 as trained on one GPU by scripts/train_gpu.sh, the same recipe at batch 64 for 7,072 steps).
 #
 # Version 2's weights (commit 0c19c62) trained one more stage on the long-answer `chains` family
 # beside arith and team, with block lengths up to 32 and 512 positions. After these 500 steps
