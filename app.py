@@ -24,6 +24,7 @@ import gradio as gr
 from components import ui
 from components.api import make_endpoints
 from components.explainer import how_it_works_html
+from components.runner import BUNDLED
 
 TITLE = """
 # S2D2 — self-speculative decoding for block-diffusion LMs
@@ -50,9 +51,7 @@ def build_demo() -> gr.Blocks:
                         lesson = gr.Textbox(label="What this example shows", interactive=False, elem_id="lesson")
                         gr.Markdown(ui.BUNDLED_CAN, elem_id="model-can")
                     with gr.Column(scale=1, min_width=220):
-                        model = gr.Dropdown(
-                            ui.model_choices(), value=ui.BUNDLED, label="Model", elem_id="model"
-                        )
+                        model = gr.Dropdown(ui.model_choices(), value=BUNDLED, label="Model", elem_id="model")
                         run = gr.Button("Run", variant="primary", elem_id="run")
                         cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
                         export = gr.DownloadButton("Download traces (JSON)", visible=False, elem_id="export")
@@ -72,8 +71,15 @@ def build_demo() -> gr.Blocks:
                     "Accuracy against cost for every method of `python -m s2d2.bench` on held-out problems "
                     "(see docs/BENCHMARKS.md). Load another run's `summary.json` to compare your own model."
                 )
+                with gr.Row():
+                    bench_model = gr.Radio(
+                        list(ui.BENCHMARK_SUMMARIES),
+                        value=next(iter(ui.BENCHMARK_SUMMARIES)),
+                        label="Bundled model",
+                        elem_id="bench-model",
+                    )
+                    bench_upload = gr.UploadButton("Load a summary.json", file_types=[".json"])
                 bench_status = gr.HTML()
-                bench_upload = gr.UploadButton("Load a summary.json", file_types=[".json"])
                 with gr.Row():
                     bench_nfe = gr.Plot(show_label=False, elem_id="bench-nfe")
                     bench_wall = gr.Plot(show_label=False, elem_id="bench-wall")
@@ -100,6 +106,7 @@ def build_demo() -> gr.Blocks:
         bench_outputs = [bench_status, bench_nfe, bench_wall, bench_scaling, bench_energy, bench_table]
         demo.load(ui.benchmark_views, None, bench_outputs, **page)
         bench_upload.upload(ui.benchmark_views, bench_upload, bench_outputs, **page)
+        bench_model.change(ui.bundled_benchmark_views, bench_model, bench_outputs, **page)
         compare, generate = make_endpoints(ui.MODELS)
         gr.api(on_gpu(compare), api_name="compare", concurrency_limit=1)
         gr.api(on_gpu(generate), api_name="generate", concurrency_limit=1)

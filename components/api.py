@@ -13,8 +13,8 @@ import inspect
 
 import gradio as gr
 
+from s2d2 import decode as decoding
 from s2d2.config import COMMIT_RULES, METHODS, PRESETS
-from s2d2.decode import Decoder
 
 from .bundle import RUN_OF_METHOD
 from .runner import (
@@ -37,11 +37,15 @@ _TYPES = {int: int, float: float, bool: bool, str: str, tuple: list[int]}
 
 def _setting_parameters() -> list[inspect.Parameter]:
     params = [
-        inspect.Parameter(BASELINE_RULE[0], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=str | None)
+        inspect.Parameter(
+            BASELINE_RULE[0], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=str | None
+        )
     ]
     for s in panel_settings():
         params.append(
-            inspect.Parameter(s.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_TYPES[s.kind] | None)
+            inspect.Parameter(
+                s.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_TYPES[s.kind] | None
+            )
         )
     return params
 
@@ -117,7 +121,7 @@ def make_endpoints(models: ModelCache):
             config = build_configs(values)[RUN_OF_METHOD[method]]
             model = models.get(model_id)
             warm_up(model, prompt, config)
-            trace = Decoder(model, config).run(model.chat_prompt(prompt), prompt)
+            trace = decoding.generate(model, prompt, config)
         except ValueError as err:
             raise gr.Error(str(err), print_exception=False) from None
         return {"trace": trace.to_dict(), "timing": TIMING_NOTE}

@@ -58,7 +58,9 @@ def _marks(record) -> dict[int, str]:
 def _confidence_bar(trace: Trace, d: Decision) -> str:
     """A baseline commit: its confidence as a bar, the rule's threshold as a line across it."""
     tau = (d.step.rule or {}).get("threshold", trace.config.get("threshold") if trace.method == "dynamic" else None)
-    line = "" if tau is None else f'<span class="insp-threshold" style="left:{100 * tau:.1f}%" title="τ = {tau:g}"></span>'
+    line = (
+        "" if tau is None else f'<span class="insp-threshold" style="left:{100 * tau:.1f}%" title="τ = {tau:g}"></span>'
+    )
     color = OUTCOME_COLORS[display_outcome(trace.method, d.record.outcome)] if d.record.outcome else "#94a3b8"
     return (
         '<div class="insp-confidence"><span class="insp-dist-title">confidence against the threshold</span>'
@@ -85,7 +87,7 @@ def _header(trace: Trace, run: str, index: int, position: int) -> str:
     step = trace.steps[index]
     return (
         f'<div class="insp-head"><span><b>position {position}</b> · step {index} '
-        f'(block {step.block}, step {step.step})</span>'
+        f"(block {step.block}, step {step.step})</span>"
         f'<button type="button" class="insp-close" aria-label="Close the {run} inspector">×</button></div>'
         f'<div class="insp-keys">{KEYS}</div>'
     )
@@ -121,7 +123,9 @@ def inspector_html(trace: Trace | None, run: str, index: int, position: int) -> 
             f"{html.escape(OUTCOME_LABELS[outcome])}: {html.escape(show(r.committed))} committed</div>"
         )
     else:
-        parts.append(f'<div class="insp-outcome">drafted {html.escape(show(r.token))}, still masked after this step</div>')
+        parts.append(
+            f'<div class="insp-outcome">drafted {html.escape(show(r.token))}, still masked after this step</div>'
+        )
     test = acceptance_test(trace, d, show)
     if test:
         parts.append(f'<p class="insp-test"><b>Verifier:</b> {html.escape(test)}</p>')

@@ -69,4 +69,3 @@ def display_token(text: str) -> str:
     for marker, plain in MARKERS.items():
         text = text.replace(marker, plain)
     return text
-

@@ -12,7 +12,6 @@ S2D2's ``s2d2_rule``) and which sections of the config each run reads.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -22,11 +21,11 @@ from dataclasses import dataclass
 import torch
 
 from s2d2.config import COMMIT_RULES, PRESETS, DecodeConfig, config_from_settings
-from s2d2.decode import Decoder
+from s2d2.decode import Decoder, generate
 from s2d2.models import BUNDLED_MODELS, BlockDiffusionModel, load_model
 from s2d2.models.catalog import MODEL_CATALOG
 from s2d2.settings import BY_NAME, SETTINGS, Setting
-from s2d2.trace import Trace, summarize
+from s2d2.trace import Trace
 
 RUN_NAMES = ("AR", "Baseline", "S2D2")
 MAX_PROMPT_CHARS = 4000
@@ -82,35 +81,6 @@ def model_source(model_id: str | None) -> str:
     raise ValueError(f"unknown model {model_id!r}; choose one of {', '.join(model_ids())}")
 
 
-def _coerce(s: Setting, value):
-    """One setting's value from the page or the API, checked for its type."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        if s.optional:
-            return None
-        raise ValueError(f"{s.name} ({s.label}) needs a value")
-    if isinstance(value, str):
-        return s.parse(value)
-    if s.kind is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{s.name} must be true or false, got {value!r}")
-        return value
-    if s.kind is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{s.name} must be an integer, got {value!r}")
-        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-            raise ValueError(f"{s.name} must be an integer, got {value!r}")
-        return int(value)
-    if s.kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{s.name} must be a number, got {value!r}")
-        return float(value)
-    if s.kind is tuple:
-        return tuple(int(v) for v in value)
-    if s.choices is not None and value not in s.choices:
-        raise ValueError(f"unknown {s.name} {value!r}; choose one of {', '.join(map(str, s.choices))}")
-    return value
-
-
 def preset_values(name: str | None) -> dict:
     """The panel values a preset sets (all but the sampling group), or nothing for ``custom``."""
     if not name or name in ("custom", "defaults"):
@@ -119,9 +89,7 @@ def preset_values(name: str | None) -> dict:
         raise ValueError(f"unknown preset {name!r}; choose one of custom, defaults, {', '.join(PRESETS)}")
     config = config_from_settings(preset=name)
     sections = {None: config, "verify": config.verify, "sampling": config.sampling}
-    values = {
-        s.name: getattr(sections[s.section], s.name) for s in panel_settings() if s.group not in PRESET_KEEPS
-    }
+    values = {s.name: getattr(sections[s.section], s.name) for s in panel_settings() if s.group not in PRESET_KEEPS}
     return {BASELINE_RULE[0]: config.s2d2_rule, **values}
 
 
@@ -139,7 +107,7 @@ def resolve(preset: str | None = None, given: dict | None = None) -> dict:
                 raise ValueError(f"unknown baseline_method {value!r}; choose one of {', '.join(COMMIT_RULES)}")
             values[name] = value
         else:
-            values[name] = _coerce(BY_NAME[name], value)
+            values[name] = BY_NAME[name].coerce(value)
     return values
 
 
@@ -227,38 +195,6 @@ class Progress:
     trace: Trace | None
 
 
-def partial_trace(decoder: Decoder, model: BlockDiffusionModel, prompt: str, started: float) -> Trace:
-    """What a running decoder has committed so far, as a trace the views can draw.
-
-    Reads the decoder's public records (``steps``, ``forwards``) from another
-    thread: both only grow, and a list copy is atomic.
-    """
-    steps, forwards = list(decoder.steps), list(decoder.forwards)
-    committed = {p.position: p.committed for s in steps for p in s.committed if p.position >= 0}
-    length = max(committed, default=-1) + 1
-    ids = [committed.get(i, model.mask_token_id) for i in range(length)]
-    seen = sorted({*ids, *(p.token for s in steps for p in s.positions)})
-    token_text = dict(zip(map(str, seen), model.token_strings(seen)))
-    # Gaps are shown by position: a committed token may be the mask token id itself.
-    shown = [token_text[str(committed[i])] if i in committed else "…" for i in range(length)]
-    return Trace(
-        method=decoder.config.method,
-        config=decoder.config.to_dict(),
-        model="",
-        prompt=prompt,
-        prompt_ids=[],
-        output_ids=ids,
-        output_tokens=shown,
-        text="",
-        stop_reason="running",
-        forwards=forwards,
-        steps=steps,
-        summary=summarize(forwards, steps, length, time.perf_counter() - started),
-        token_text=token_text,
-        exactness=decoder.config.exactness().to_dict(),
-    )
-
-
 def _median(traces: list[Trace]) -> Trace:
     return sorted(traces, key=lambda t: t.summary.wall_seconds)[len(traces) // 2]
 
@@ -286,7 +222,7 @@ def run_all(
     for round_index in range(TIMED_ROUNDS):
         started = time.perf_counter()
         for name in names[round_index:] + names[:round_index]:
-            timed[name].append(Decoder(model, configs[name], should_stop).run(model.chat_prompt(prompt), prompt))
+            timed[name].append(generate(model, prompt, configs[name], should_stop))
         if time.perf_counter() - started > ROUND_BUDGET_S:
             break
     return {name: _median(timed[name]) for name in names}
@@ -326,13 +262,15 @@ def stream_all(
         name, decoder, now = event
         started.setdefault(name, now)
         if previous and previous[0] != name:  # a run just finished: show its last state, unthrottled
-            yield Progress(previous[0], partial_trace(previous[1], model, prompt, started[previous[0]]))
+            yield Progress(
+                previous[0], previous[1].recorder.snapshot(model, previous[1].config, prompt, started[previous[0]])
+            )
         previous = (name, decoder)
         if decoder is None:
             yield Progress("", None)  # every run is decoded; the timed rounds follow
         elif time.perf_counter() - last >= every:
             last = time.perf_counter()
-            yield Progress(name, partial_trace(decoder, model, prompt, started[name]))
+            yield Progress(name, decoder.recorder.snapshot(model, decoder.config, prompt, started[name]))
     worker.join()
     if "error" in result:
         raise result["error"]

@@ -46,8 +46,6 @@ def token_tooltip(trace: Trace, step_index: int, block: int, p: PositionRecord) 
     return "\n".join(lines)
 
 
-
-
 def _split_space(token: str) -> tuple[str, str]:
     """Leading whitespace goes outside the coloured box, so words read naturally."""
     body = token.lstrip(" ")

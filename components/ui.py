@@ -29,7 +29,6 @@ from .figures import trajectory_figure
 from .inspector import inspector_hint, inspector_html
 from .runner import (
     BASELINE_RULE,
-    BUNDLED,
     RUN_NAMES,
     SLIDER_MAX,
     TIMING_NOTE,
@@ -47,7 +46,14 @@ from .views import PLOT_IDS, build_views, text_panel
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
-BENCHMARK_SUMMARY = ASSETS.parent / "docs" / "results" / "bundled" / "summary.json"
+RESULTS = ASSETS.parent / "docs" / "results"
+# Each bundled model's benchmark grid (scripts/bench_bundled.sh), by the label the Benchmarks tab shows.
+BENCHMARK_SUMMARIES = {
+    "SDAR (bundled): Table 1": RESULTS / "bundled" / "summary.json",
+    "Fast-dLLM v2 (bundled-fast-dllm-v2): Table 2": RESULTS / "bundled-fast-dllm-v2" / "summary.json",
+    "LLaDA2.x (bundled-llada2): Table 3": RESULTS / "bundled-llada2" / "summary.json",
+}
+BENCHMARK_SUMMARY = next(iter(BENCHMARK_SUMMARIES.values()))
 BUNDLED_LABELS = {
     "bundled": "bundled SDAR 4.8M (CPU, offline)",
     "bundled-fast-dllm-v2": "bundled Fast-dLLM v2 4.8M (CPU, offline)",
@@ -342,9 +348,7 @@ def render(traces: dict) -> list:
 def render_stream(shown: dict[str, Trace], changed: str) -> list:
     """Values while decoding: every run's text so far, the trajectory of the run that moved."""
     values = [gr.update(), gr.update()]
-    values += [
-        text_panel(shown, n) if n in shown else '<div class="run-missing">waiting…</div>' for n in RUN_NAMES
-    ]
+    values += [text_panel(shown, n) if n in shown else '<div class="run-missing">waiting…</div>' for n in RUN_NAMES]
     for run in ("S2D2", "Baseline"):
         if run == changed:
             values += ["", trajectory_figure(shown[run], f"{run} trajectory (decoding…)", run)]
@@ -380,11 +384,22 @@ def _export_file(traces: dict) -> str:
     return str(path)
 
 
+def _session_key(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
 def _new_cancel_event(request: gr.Request | None) -> threading.Event:
     """A fresh event per run, so a cancelled run still winding down never sees the next run's clear."""
-    key = getattr(request, "session_hash", None) or "local"
-    _CANCELS[key] = threading.Event()
-    return _CANCELS[key]
+    _CANCELS[_session_key(request)] = threading.Event()
+    return _CANCELS[_session_key(request)]
+
+
+def _drop_cancel_event(request: gr.Request | None, event: threading.Event) -> None:
+    """Forget a finished run's event (unless a newer run of the session has replaced it), so the table
+    holds only runs in progress instead of one entry per session that ever ran."""
+    key = _session_key(request)
+    if _CANCELS.get(key) is event:
+        del _CANCELS[key]
 
 
 def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = None) -> Iterator[list]:
@@ -394,6 +409,13 @@ def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = No
     cannot load leaves the previous results in place and says why.
     """
     cancel = _new_cancel_event(request)
+    try:
+        yield from _run_comparison(model_id, prompt, values, request, cancel)
+    finally:
+        _drop_cancel_event(request, cancel)
+
+
+def _run_comparison(model_id: str, prompt: str, values, request, cancel: threading.Event) -> Iterator[list]:
     keep = [gr.update()] * RESULT_SLOTS
     try:
         prompt = check_prompt(prompt)
@@ -414,7 +436,11 @@ def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = No
             else:
                 traces = item
     except DecodeCancelled:
-        yield [status_html("Cancelled: decoding stopped; the results below are from before.", "warn"), *keep, gr.update()]
+        yield [
+            status_html("Cancelled: decoding stopped; the results below are from before.", "warn"),
+            *keep,
+            gr.update(),
+        ]
         return
     except ValueError as err:
         yield [status_html(html.escape(str(err)), "error"), *keep, gr.update()]
@@ -424,9 +450,9 @@ def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = No
 
 
 def cancel_run(request: gr.Request = None) -> str:
-    key = getattr(request, "session_hash", None) or "local"
-    if key in _CANCELS:
-        _CANCELS[key].set()
+    event = _CANCELS.get(_session_key(request))
+    if event is not None:
+        event.set()
     return status_html("Cancelled: decoding stopped; the results below are from before.", "warn")
 
 
@@ -450,11 +476,18 @@ def startup(request: gr.Request = None) -> list:
     """Open on a saved comparison of the first example, its prompt and lesson in place: no compute."""
     status, *views = replay(str(DEMO_COMPARISON), request)
     first = examples()[0]
-    note = "Showing a saved run of the first example (no model was run). Press ▶ Play to watch it, or Run to decode live."
+    note = (
+        "Showing a saved run of the first example (no model was run). Press ▶ Play to watch it, or Run to decode live."
+    )
     return [status_html(note, "info"), *views, first["prompt"], first["lesson"]]
 
 
 # -- benchmarks tab -------------------------------------------------------------
+
+
+def bundled_benchmark_views(label: str) -> list:
+    """The Benchmarks tab for one bundled model's grid, by its label in :data:`BENCHMARK_SUMMARIES`."""
+    return benchmark_views(str(BENCHMARK_SUMMARIES[label]))
 
 
 def benchmark_views(path: str | None = None) -> list:

@@ -8,23 +8,27 @@ forward gives the block-size-1 distributions of the first masked span) →
 **accept or resample** → **fallback** (the diffusion rule, if too few tokens
 were committed). AR is the same loop at block size 1 (docs/ALGORITHM.md).
 
-Each step function returns what it decided; :meth:`Decoder._record_step` is
-the one place that writes the trace. Decisions are made on the host over at
-most ``B`` positions after one transfer per step; everything over the
-vocabulary stays in tensor ops on the device.
+The parts live beside the loop: the block state and each step's results in
+:mod:`s2d2.blocks`, the diffusion commit rules in :mod:`s2d2.rules`, the
+routing policies (each declaring what it needs) in :mod:`s2d2.policies`, and
+the trajectory in :mod:`s2d2.recorder`, which every forward and step is
+reported to (:meth:`Decoder._record_step` builds a step's record). Decisions
+are made on the host over at most ``B`` positions after one transfer per step;
+everything over the vocabulary stays in tensor ops on the device.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
 from . import trace as tr
 from .acceptance import draft_ratios, residual_energy, residual_mass, verify_drafts
+from .blocks import BlockState, Commits, Draft, StepDecision, Verification, first_masked_span
 from .config import DecodeConfig
 from .decisions import top_k_columns, top_pairs
 from .models.base import BlockDiffusionModel, KVSession, Lookahead
@@ -35,155 +39,13 @@ from .policies import (
     make_policy,
     normalized_entropy,
 )
+from .recorder import Recorder
+from .rules import RULES
 from .sampling import logits_to_probs, sample
-
-Commits = dict[int, tuple[int, str]]  # block position -> (token, outcome)
 
 
 class DecodeCancelled(Exception):
     """Raised when the caller's ``should_stop`` asks a running decode to end."""
-
-
-def first_masked_span(masked: list[bool]) -> tuple[int, int] | None:
-    """``(start, length)`` of the first contiguous run of masked positions, if any.
-
-    Everything before it in the block is committed, so its first position is
-    conditioned exactly: that is what makes verification left to right sound.
-    """
-    try:
-        start = masked.index(True)
-    except ValueError:
-        return None
-    end = start
-    while end < len(masked) and masked[end]:
-        end += 1
-    return start, end - start
-
-
-def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
-    """Positions the static or dynamic diffusion rule commits among ``candidates``.
-
-    ``static`` takes the ``k`` most confident; ``dynamic`` takes every
-    candidate whose confidence exceeds ``threshold`` if there are at least ``k``
-    of them, else the ``k`` most confident (SDAR's ``low_confidence_dynamic``).
-    """
-    if rule == "dynamic":
-        confident = [i for i in candidates if confidence[i] > threshold]
-        if len(confident) >= k:
-            return confident
-    return sorted(candidates, key=lambda i: -confidence[i])[:k]
-
-
-def entropy_bounded_commits(entropy: list[float], candidates: list[int], k: int, budget: float) -> list[int]:
-    """SDAR's ``entropy_bounded`` rule: the least uncertain drafts first, as many
-    as fit in the entropy ``budget`` (at least one, at most ``k``)."""
-    ordered = sorted(candidates, key=lambda i: entropy[i])
-    total, fits = 0.0, 0
-    for i in ordered:
-        total += entropy[i]
-        if total >= budget:
-            break
-        fits += 1
-    return ordered[: max(1, min(fits, k))]
-
-
-@dataclass
-class BlockState:
-    """The block being decoded: tokens on the device, their host mirror, what is still masked.
-
-    What is masked is state (``masked``, mirrored on the device as
-    ``masked_on_device``), never read back from the tokens: a model may commit
-    its own mask token id, which is then an ordinary committed token.
-    ``offset`` is the output position of block position 0 (negative while the
-    block still holds the prompt's tail); ``active`` marks positions inside the
-    generation budget (the last block may be cut by ``max_new_tokens``).
-    """
-
-    index: int
-    offset: int
-    host: list[int]
-    masked: list[bool]
-    active: list[bool]
-    tokens: torch.Tensor
-    masked_on_device: torch.Tensor
-    last: bool = False  # the budget ends in this block
-    decoded: int = 0  # tokens committed in this block so far
-    causal_rows: int = 0  # rows the last draft_ver draft made causal
-
-    @classmethod
-    def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> BlockState:
-        tail = prompt_ids[start:]
-        host = tail + [mask_id] * (size - len(tail))
-        active = [start + i < total for i in range(size)]
-        masked = [start + i >= len(prompt_ids) and a for i, a in enumerate(active)]
-        tokens = torch.tensor(host, dtype=torch.long, device=device)
-        return cls(index, start - len(prompt_ids), host, masked, active, tokens, torch.tensor(masked, device=device))
-
-    @property
-    def first_generated(self) -> int:
-        return max(0, -self.offset)
-
-    def write(self, tokens: dict[int, int]) -> None:
-        """Write tokens at block positions (commits or edits) on host and device alike."""
-        if not tokens:
-            return
-        for i, token in tokens.items():
-            self.host[i] = token
-            self.masked[i] = False
-        index = torch.tensor(list(tokens), device=self.tokens.device)
-        self.tokens[index] = torch.tensor(list(tokens.values()), device=self.tokens.device)
-        self.masked_on_device[index] = False
-
-    def stop_end(self, stops) -> int | None:
-        """Block position after the first committed stop token whose prefix is all committed."""
-        for i in range(self.first_generated, len(self.host)):
-            if self.masked[i]:
-                return None
-            if self.host[i] in stops:
-                return i + 1
-        return None
-
-
-@dataclass
-class Draft:
-    """One draft forward's proposals for a block, on the device and mirrored on the host."""
-
-    probs: torch.Tensor
-    tokens: torch.Tensor
-    confidence: torch.Tensor
-    tokens_host: list[int]
-    confidence_host: list[float]
-    top_host: list[list] | None = None  # per row, the drafter's top-k ``[token, p]`` (``trace_top_k``)
-
-
-@dataclass
-class Verification:
-    """What one verifier forward decided, at block positions from ``start`` on.
-
-    ``stats`` holds ``(q(x), q/p, energy, residual mass)`` for every verified
-    position that was still masked; ``commits`` the accepted prefix, the
-    correction and any ratio-threshold accepts; ``detail`` the decision per
-    position (:class:`~s2d2.trace.PositionRecord` fields: ``q_top``, ``u``,
-    ``accept_probability``, ``residual_top``).
-    """
-
-    start: int
-    accepted: int
-    commits: Commits
-    stats: dict[int, tuple[float, float, float, float]]
-    detail: dict[int, dict] = field(default_factory=dict)
-    lookahead_used: bool = False  # it accepted everything a lookahead was carried for
-
-
-@dataclass
-class StepDecision:
-    """Everything one step decided: the commits, and the route and verification behind them."""
-
-    commits: Commits
-    route: tr.RouteRecord | None = None
-    verification: Verification | None = None
-    edits: list[tr.EditRecord] = field(default_factory=list)
-    rule: dict | None = None
 
 
 class Decoder:
@@ -207,6 +69,7 @@ class Decoder:
         self.device = model.device
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.policy = make_policy(config.verify) if config.method == "s2d2" else None
+        warn_untrained_block_length(model, config)
         self.official = model.official if config.accounting == "official" else None
         # Where stops are looked for: after every step, or only in complete blocks.
         self.stop_at_block_end = model.stop_at_block_end or bool(self.official and self.official.stop_at_block_end)
@@ -222,24 +85,15 @@ class Decoder:
         )
         self._next_draft: tuple[torch.Tensor, int] | None = None  # a used lookahead: (draft logits, its forward)
         self._stored_by = None  # the forward whose lookahead stored the current block's commit
-        self.forwards: list[tr.ForwardRecord] = []
-        self.steps: list[tr.StepRecord] = []
-        self._where = (-1, 0)
-        self._step_forwards: list[int] = []
+        self.recorder = Recorder()
 
     # -- bookkeeping -------------------------------------------------------
-
-    def _record_forward(self, kind: str, tokens: int, seconds: float) -> None:
-        index = len(self.forwards)
-        self.forwards.append(tr.ForwardRecord(index, kind, tokens, seconds, *self._where))
-        self._step_forwards.append(index)
 
     def _begin(self, block: BlockState, step: int) -> None:
         """Forwards from here on belong to ``step`` of ``block``."""
         if self.should_stop and self.should_stop():
             raise DecodeCancelled("decoding was cancelled")
-        self._where = (block.index, step)
-        self._step_forwards = []
+        self.recorder.begin(block.index, step)
 
     def _budget(self, prompt_length: int) -> tuple[int, int | None]:
         """``(positions to decode up to, cap on the output length)``.
@@ -277,7 +131,7 @@ class Decoder:
         total, cap = self._budget(prompt_length)
         stops = set(self.model.stop_token_ids)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
-        session = self.model.new_session(self._record_forward)
+        session = self.model.new_session(self.recorder.forward)
 
         start_time = time.perf_counter()
         prefilled = prompt_length // B * B
@@ -304,7 +158,7 @@ class Decoder:
         wall = time.perf_counter() - start_time
         if cap is not None:
             generated = generated[:cap]
-        return self._trace(prompt_ids, prompt_text, generated, stop_reason, wall)
+        return self.recorder.trace(self.model, cfg, prompt_ids, prompt_text, generated, stop_reason, wall)
 
     def _store_block(self, session: KVSession, block: BlockState, step: int, stopped: bool):
         """Store a finished block's KV; returns what of it rides on the next draft as its commit.
@@ -322,7 +176,7 @@ class Decoder:
         else:
             cached, stored_by, self._stored_by = session.cached_in_block, self._stored_by, None
             if self.model.next_token_from_commit and stored_by is not None and not (last or stopped):
-                self.forwards[stored_by].lookahead = tr.LOOKAHEAD_USED  # it saved this commit forward
+                self.recorder.mark_lookahead(stored_by, tr.LOOKAHEAD_USED)  # it saved this commit forward
             needed = not (last or stopped) and cached < len(block.host)
             if needed and not self.model.next_token_from_commit:
                 return block.tokens[cached:]
@@ -379,7 +233,7 @@ class Decoder:
         block.write({0: token_id})
         block.decoded += 1
         position = tr.PositionRecord(block.offset, token_id, p, outcome=tr.CARRIED, committed=token_id)
-        self.steps.append(tr.StepRecord(block.index, 0, block.offset, [], [position]))
+        self.recorder.step(tr.StepRecord(block.index, 0, block.offset, [], [position]))
 
     def _step(
         self,
@@ -402,7 +256,7 @@ class Decoder:
         if self._next_draft is not None:
             logits, forward = self._next_draft
             self._next_draft = None
-            self.forwards[forward].lookahead = tr.LOOKAHEAD_USED
+            self.recorder.mark_lookahead(forward, tr.LOOKAHEAD_USED)
         else:
             logits = self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix,
                                               store_prefix=self.incremental)  # fmt: skip
@@ -433,7 +287,7 @@ class Decoder:
                 continue
             pos = tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i])
             if draft.top_host is not None:
-                pos.p_top = draft.top_host[i]
+                pos.p_top = top_pairs(draft.top_host[i])
             if verification is not None and i in verification.stats:
                 pos.q, pos.ratio, pos.energy, pos.residual_mass = verification.stats[i]
                 for name, value in verification.detail.get(i, {}).items():
@@ -441,12 +295,12 @@ class Decoder:
             if i in decision.commits:
                 pos.committed, pos.outcome = decision.commits[i]
             positions.append(pos)
-        self.steps.append(
+        self.recorder.step(
             tr.StepRecord(
                 block.index,
                 step,
                 block.offset,
-                self._step_forwards,
+                self.recorder.step_forwards,
                 positions,
                 route=decision.route,
                 accepted=None if verification is None else verification.accepted,
@@ -489,7 +343,7 @@ class Decoder:
         if k:
             columns.append(top_k_columns(probs, k))
         host = torch.cat(columns, dim=1).tolist()  # the draft's one transfer to the host
-        top = [top_pairs(row[2:]) for row in host] if k else None
+        top = [row[2:] for row in host] if k else None  # made into pairs only for the positions recorded
         return Draft(probs, tokens, confidence, [int(row[0]) for row in host], [row[1] for row in host], top)
 
     def _fallback(self, draft: Draft, candidates: list[bool], commits: Commits, k: int, outcome: str) -> Commits:
@@ -499,11 +353,7 @@ class Decoder:
         need = k - len(commits)
         if need <= 0 or not left:
             return commits
-        if cfg.commit_rule == "entropy_bounded":
-            entropy = (normalized_entropy(draft.probs) * math.log(draft.probs.shape[-1])).tolist()
-            chosen = entropy_bounded_commits(entropy, left, need, cfg.eb_threshold)
-        else:
-            chosen = rule_commits(draft.confidence_host, left, need, cfg.commit_rule, cfg.threshold)
+        chosen = RULES[cfg.commit_rule](draft, left, need, cfg)
         return {**commits, **{i: (draft.tokens_host[i], outcome) for i in chosen}}
 
     # -- S2D2: route → verify span → accept or resample → fallback ----------
@@ -550,7 +400,7 @@ class Decoder:
         rows = slice(span_start, span_start + span_length)
         alpha = acceptance_estimate(draft.probs[rows], draft.confidence[rows], cfg.verify)
         stats = [expected_accepted_length(alpha), alpha.clamp(0, 1).prod()]
-        if cfg.verify.policy == "ucb":
+        if self.policy.needs_entropy:
             if cfg.verify.ucb_entropy_source == "masked":
                 index = torch.tensor([i for i, c in enumerate(candidates) if c], device=self.device)
                 stats.append(normalized_entropy(draft.probs.index_select(0, index)).mean())
@@ -659,8 +509,8 @@ class Decoder:
         used = plan is not None and accepted == length
         self.model.settle(session, verified, verified.rows_to_keep(start + accepted, used, plan, self.incremental))
         if plan is not None:
-            forward = len(self.forwards) - 1
-            self.forwards[forward].lookahead = tr.LOOKAHEAD_DISCARDED
+            forward = self.recorder.last_forward()
+            self.recorder.mark_lookahead(forward, tr.LOOKAHEAD_DISCARDED)
             if used and not plan.count:
                 self._stored_by = forward
             elif used:
@@ -684,35 +534,19 @@ class Decoder:
         host = torch.cat([rows, residual_row]).tolist()
         return host[:-1], top_pairs(host[-1][table.shape[1] :])
 
-    # -- the record --------------------------------------------------------
 
-    def _trace(self, prompt_ids, prompt_text, generated, stop_reason, wall) -> tr.Trace:
-        cfg = self.config
-        stops = set(self.model.stop_token_ids)
-        summary = tr.summarize(self.forwards, self.steps, len(generated), wall)
-        text_ids = [t for t in generated if t not in stops]
-        seen = sorted(
-            {p.token for s in self.steps for p in s.positions}
-            | {p.committed for s in self.steps for p in s.committed}
-            | {t for s in self.steps for p in s.positions for top in (p.p_top, p.q_top, p.residual_top) for t, _ in top or ()}
-            | set(generated)
-        )
-        token_text = dict(zip(map(str, seen), self.model.token_strings(seen)))
-        return tr.Trace(
-            method=cfg.method,
-            config=cfg.to_dict(),
-            model=self.model.name,
-            prompt=prompt_text,
-            prompt_ids=list(prompt_ids),
-            output_ids=generated,
-            output_tokens=[token_text[str(t)] for t in generated],
-            text=self.model.tokenizer.decode(text_ids, skip_special_tokens=True),
-            stop_reason=stop_reason,
-            forwards=self.forwards,
-            steps=self.steps,
-            summary=summary,
-            token_text=token_text,
-            exactness=cfg.exactness().to_dict(),
+def warn_untrained_block_length(model: BlockDiffusionModel, config: DecodeConfig) -> None:
+    """Say so when a block-diffusion method decodes at a block length the checkpoint was never trained at.
+
+    It still runs (the paper's Figure 3 sweeps B on purpose), but a model asked to fill blocks of a size
+    it never saw drafts worse than its training suggests, and a user reading the speed should know.
+    """
+    trained = model.trained_block_lengths
+    if config.method != "ar" and trained and config.block_length not in trained:
+        warnings.warn(
+            f"{model.name} was trained with block lengths {', '.join(map(str, trained))}; decoding at block "
+            f"length {config.block_length} is outside them, so its drafts may be worse than its training suggests",
+            stacklevel=3,
         )
 
 

@@ -90,6 +90,7 @@ def llada2_config(cfg, tokenizer) -> dict:
         "score_function": "sigmoid",
         "moe_router_enable_expert_bias": True,
         "norm_topk_prob": True,
+        "block_lengths": list(cfg.block_lengths),
         "dtype": "float32",
     }
 

@@ -93,9 +93,15 @@ class RouteContext:
 
 
 class Policy(ABC):
-    """Decides verify or skip; ``observe`` hears what the decision earned."""
+    """Decides verify or skip; ``observe`` hears what the decision earned.
+
+    ``needs_entropy``: the policy reads ``RouteContext.mean_entropy``, which
+    costs the loop an entropy over the vocabulary, so it is computed only for
+    policies that declare they need it (the loop never asks which policy runs).
+    """
 
     name = ""
+    needs_entropy = False
 
     def __init__(self, verify):
         self.verify = verify
@@ -228,6 +234,7 @@ class UCBPolicy(Policy):
     """
 
     name = "ucb"
+    needs_entropy = True
 
     def __init__(self, verify):
         super().__init__(verify)

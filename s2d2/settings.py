@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from .config import DecodeConfig, VerifyConfig
@@ -59,6 +60,40 @@ class Setting:
         except ValueError:
             raise ValueError(f"{self.name} must be {self.kind.__name__}, got {text!r}") from None
 
+    def coerce(self, value):
+        """The value of ``value`` for this setting, whoever sends it: text (the CLI, lm-eval's ``model_args``,
+        the API's form fields) is parsed, typed values (the dashboard's controls, JSON) are checked; a choice
+        must be one of the choices either way. The one place setting values are read, so every entry point
+        accepts the same spellings (``on``/``off`` included) and refuses the same mistakes."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            if self.optional:
+                return None
+            raise ValueError(f"{self.name} ({self.label}) needs a value")
+        value = self.parse(value) if isinstance(value, str) else self._checked(value)
+        if self.choices is not None and value is not None and value not in self.choices:
+            raise ValueError(f"unknown {self.name} {value!r}; choose one of {', '.join(map(str, self.choices))}")
+        return value
+
+    def _checked(self, value):
+        """A typed value checked for this setting's kind (an integral float is an int; an int is a float)."""
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{self.name} must be true or false, got {value!r}")
+            return value
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{self.name} must be an integer, got {value!r}")
+            if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+                raise ValueError(f"{self.name} must be an integer, got {value!r}")
+            return int(value)
+        if self.kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{self.name} must be a number, got {value!r}")
+            return float(value)
+        if self.kind is tuple:
+            return tuple(int(v) for v in value)
+        return value
+
 
 def _settings_of(cls, section: str | None) -> list[Setting]:
     found = []
@@ -90,7 +125,7 @@ def parse_settings(pairs: dict[str, str]) -> dict:
     unknown = sorted(set(pairs) - set(BY_NAME))
     if unknown:
         raise ValueError(f"unknown setting {unknown[0]!r}; known settings: {', '.join(BY_NAME)}")
-    return {name: BY_NAME[name].parse(text) for name, text in pairs.items()}
+    return {name: BY_NAME[name].coerce(text) for name, text in pairs.items()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -143,9 +143,13 @@ def test_cancel_stops_a_running_decode():
     stream = ui.run_comparison("bundled", PROMPTS[1], *page_values(), request=Request())
     first = next(stream)
     assert "Decoding" in first[0]
+    assert "cancel-test" in ui._CANCELS
     ui.cancel_run(Request())
     last = final(stream)
     assert "Cancelled" in last[0]
+    assert "cancel-test" not in ui._CANCELS, "a finished run's cancel event is dropped"
+    final(ui.run_comparison("bundled", "   ", *page_values(), request=Request()))
+    assert "cancel-test" not in ui._CANCELS, "so is a run refused for bad input"
 
 
 def test_replay_renders_a_saved_comparison_without_a_model(tmp_path):

@@ -157,3 +157,17 @@ def test_choose_router_takes_the_cheapest_within_a_point_of_ar():
     ]
     assert bench.choose_router(rows, ar_accuracy=0.99)["method"] == "b"
     assert bench.choose_router(rows, ar_accuracy=1.5)["method"] == "c"  # none qualifies: the most accurate
+
+
+def test_the_benchmarks_tab_shows_each_bundled_models_grid():
+    """The shipped grids of the three bundled models load, each with its own Figure 3 axis and table shape."""
+    from components import ui
+
+    for label, path in ui.BENCHMARK_SUMMARIES.items():
+        status, nfe, wall, scaling, energy, table = ui.bundled_benchmark_views(label)
+        assert "No benchmark loaded" not in status, label
+        meta = load_summary(path)["meta"]
+        assert meta["families"] == ["arith", "team", "chains"] and len(table) >= 20
+        axis = scaling.layout.xaxis.title.text
+        assert axis == ("sub-block size (inside 32-token blocks)" if "fast-dllm" in str(path) else "block size B")
+        assert {t.name for t in scaling.data} >= {"S2D2 exact (greedy) + lookahead", "dynamic (best τ on dev)"}

@@ -320,4 +320,6 @@ def test_inspector_reads_a_baseline_commit_against_its_threshold(page, app_url):
     # A token of the S2D2 text opens the S2D2 inspector at the step that committed it.
     token = page.locator("#text-s2d2 .tok").nth(2)
     token.click()
-    expect(page.locator(f'#inspector-s2d2 .inspector[data-position="{token.get_attribute("data-pos")}"]')).to_be_visible()
+    expect(
+        page.locator(f'#inspector-s2d2 .inspector[data-position="{token.get_attribute("data-pos")}"]')
+    ).to_be_visible()

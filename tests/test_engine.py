@@ -7,8 +7,10 @@ import torch
 from helpers import CountingForward, assert_each_token_committed_once, exact_greedy_s2d2, random_prompts
 
 from s2d2 import masks
+from s2d2.blocks import first_masked_span
 from s2d2.config import DecodeConfig, VerifyConfig, config_from_settings, preset_config
-from s2d2.decode import Decoder, first_masked_span, generate, rule_commits
+from s2d2.decode import Decoder, generate
+from s2d2.rules import rule_commits
 from s2d2.sampling import SamplingConfig
 from s2d2.trace import Trace
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,17 @@ def test_loaded_checkpoints_have_the_family_adapter_and_its_tokens(family_models
     for model in (fast, llada2):
         assert model.mask_token_id == tokenizer.mask_token_id
         assert tokenizer.convert_tokens_to_ids(EOS) in model.stop_token_ids
+
+
+def test_decoding_outside_the_trained_block_lengths_warns(family_models):
+    """A Fast-dLLM v2 checkpoint was trained on 32-token blocks: decoding at 8 says so; 32, or AR, does not."""
+    fast = family_models["fast_dllm_v2"]
+    with pytest.warns(UserWarning, match="trained with block lengths 32; decoding at block length 8"):
+        generate(fast, "Tom has two apples.", DecodeConfig(method="dynamic", block_length=8, max_new_tokens=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        generate(fast, "Tom has two apples.", DecodeConfig(method="dynamic", block_length=32, max_new_tokens=4))
+        generate(fast, "Tom has two apples.", DecodeConfig(method="ar", max_new_tokens=4))
 
 
 def test_unknown_model_type_is_a_clear_load_error(tmp_path):

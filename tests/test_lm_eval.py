@@ -18,7 +18,7 @@ from two_processes import launch_two_processes
 from s2d2 import DEFAULT_MODEL, config_from_settings, load_model
 from s2d2.evaluate import heldout_problems, run_problem, summarize_method
 from s2d2.lm_eval import S2D2LM
-from s2d2.lm_eval.model import coerce_setting, decode_settings
+from s2d2.lm_eval.model import decode_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 20
@@ -144,8 +144,8 @@ def test_model_args_are_typed_by_the_config_fields():
     assert config_from_settings("sdar-b", **settings).verify.acceptance == "greedy"
     with pytest.raises(ValueError, match="unknown model_args 'blok_length'"):
         decode_settings({"blok_length": 4}, "model_args")
-    with pytest.raises(ValueError, match="is an integer"):
-        coerce_setting("block_length", "four", int)
+    with pytest.raises(ValueError, match="block_length must be int, got 'four'"):
+        decode_settings({"block_length": "four"}, "model_args")
 
 
 def test_generation_honours_until_and_max_gen_toks():

@@ -9,7 +9,6 @@ import torch
 
 from s2d2.acceptance import residual_energy, residual_mass, verify_drafts
 from s2d2.config import DecodeConfig, VerifyConfig, preset_config
-from s2d2.decode import entropy_bounded_commits
 from s2d2.policies import (
     HysteresisPolicy,
     RouteContext,
@@ -19,6 +18,7 @@ from s2d2.policies import (
     expected_accepted_length,
     make_policy,
 )
+from s2d2.rules import entropy_bounded_commits
 from s2d2.sampling import SamplingConfig, logits_to_probs, sample
 
 

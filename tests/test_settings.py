@@ -74,3 +74,26 @@ def test_cli_prints_the_decoding_order_and_fails_in_one_line(tiny_path, capsys):
     assert main(["generate", "--model", tiny_path, "--prompt", "a", "--block-length", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: block_length") and "\n" not in err
+
+
+def test_every_entry_point_reads_setting_values_the_same_way():
+    """The CLI and lm-eval send text, the dashboard and the API typed values: one coercion reads them all."""
+    from components.runner import resolve
+    from s2d2.lm_eval.model import decode_settings
+
+    text = {"cache_ver": "on", "lookahead": "off", "block_length": "8", "acceptance": "greedy", "steps": "none"}
+    expected = {"cache_ver": True, "lookahead": False, "block_length": 8, "acceptance": "greedy", "steps": None}
+    assert parse_settings(text) == expected
+    assert decode_settings(text, "model_args") == expected
+    dashboard = resolve(given={"cache_ver": True, "lookahead": "off", "block_length": 8.0, "acceptance": "greedy"})
+    assert {k: dashboard[k] for k in ("cache_ver", "lookahead", "block_length", "acceptance")} == {
+        k: expected[k] for k in ("cache_ver", "lookahead", "block_length", "acceptance")
+    }
+    for bad, message in (
+        ({"acceptance": "greedyish"}, "unknown acceptance 'greedyish'"),
+        ({"cache_ver": "maybe"}, "cache_ver must be bool"),
+        ({"block_length": 8.5}, "block_length must be an integer"),
+    ):
+        for read in (parse_settings, lambda given: decode_settings(given, "model_args"), lambda g: resolve(given=g)):
+            with pytest.raises(ValueError, match=message):
+                read(bad)

@@ -24,8 +24,6 @@ results.
 from __future__ import annotations
 
 import logging
-import types
-import typing
 from collections import Counter, defaultdict
 
 import lm_eval.models  # noqa: F401  (lm-eval's own models, registered lazily: "s2d2" must not be the only one)
@@ -37,7 +35,7 @@ from tqdm import tqdm
 
 from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, load_model
 from ..likelihood import Scored, ar_logprobs
-from ..settings import SETTINGS
+from ..settings import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -47,61 +45,15 @@ REPEAT_SEED_STRIDE = 1_000_003
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": None}
 
 
-def setting_types() -> dict[str, object]:
-    """Every flat setting name and its type, from the settings table (optional ones admit ``None``)."""
-    return {s.name: s.kind | None if s.optional else s.kind for s in SETTINGS}
-
-
-def _parse_as(name: str, value, kind):
-    """``value`` (a string from the command line, or what lm-eval already made of it) as a ``kind``."""
-    text = str(value).strip()
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if text.lower() in ("true", "1", "yes"):
-            return True
-        if text.lower() in ("false", "0", "no"):
-            return False
-        raise ValueError(f"setting {name!r} is true or false, got {value!r}")
-    if kind is int:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"setting {name!r} is an integer, got {value!r}") from None
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"setting {name!r} is a number, got {value!r}") from None
-    if kind is str:
-        return text
-    raise ValueError(f"setting {name!r} has type {kind} and cannot be given as a key=value argument")
-
-
-def coerce_setting(name: str, value, kind):
-    """``value`` read as the setting's annotated type: ``int``, ``float``, ``bool``,
-    ``str``, or an optional one (``none`` gives ``None``)."""
-    options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
-    if type(None) in options and (value is None or str(value).strip().lower() == "none"):
-        return None
-    concrete = [k for k in options if k is not type(None)]
-    if len(concrete) != 1:
-        raise ValueError(f"setting {name!r} has type {kind} and cannot be given as a key=value argument")
-    return _parse_as(name, value, concrete[0])
-
-
 def decode_settings(raw: dict, where: str) -> dict:
-    """Flat decoding settings from ``key=value`` pairs, each typed by its config field."""
-    known = setting_types()
-    unknown = sorted(set(raw) - set(known))
+    """Flat decoding settings from ``key=value`` pairs, each read by the settings table (:meth:`Setting.coerce`)."""
+    unknown = sorted(set(raw) - set(BY_NAME))
     if unknown:
         raise ValueError(
             f"unknown {where} {', '.join(map(repr, unknown))}; the s2d2 model takes pretrained, preset, device, "
-            f"dtype, device_map and the decoding settings {', '.join(sorted(known))}"
+            f"dtype, device_map and the decoding settings {', '.join(sorted(BY_NAME))}"
         )
-    return {name: coerce_setting(name, value, known[name]) for name, value in raw.items()}
+    return {name: BY_NAME[name].coerce(value) for name, value in raw.items()}
 
 
 def cut_at_stops(text: str, until: list[str]) -> str:

@@ -17,7 +17,15 @@ from .fastdllm import FastDLLMModel
 from .llada2 import LLaDA2Model
 from .sdar import SDARModel
 
-__all__ = ["BlockDiffusionModel", "KVSession", "ModelLoadError", "load_model", "DEFAULT_MODEL", "BUNDLED_MODELS", "ADAPTERS"]
+__all__ = [
+    "BlockDiffusionModel",
+    "KVSession",
+    "ModelLoadError",
+    "load_model",
+    "DEFAULT_MODEL",
+    "BUNDLED_MODELS",
+    "ADAPTERS",
+]
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEFAULT_MODEL = str(ASSETS / "model")

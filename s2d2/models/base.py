@@ -195,6 +195,7 @@ class BlockDiffusionModel(ABC):
         self.tokenizer = tokenizer
         self.mask_token_id = int(mask_token_id)
         self.stop_token_ids = sorted({int(t) for t in stop_token_ids})
+        self._token_text: dict[int, str] = {}
         self.name = name
         self.trained_block_lengths: tuple[int, ...] = ()
         # Read once: the weights do not move after loading, and the hot loop asks often.
@@ -393,8 +394,16 @@ class BlockDiffusionModel(ABC):
         return self.tokenizer(text)["input_ids"]
 
     def token_strings(self, ids: list[int]) -> list[str]:
-        """Each id as the text it contributes, for per-token display."""
-        return [self.tokenizer.decode([i]) for i in ids]
+        """Each id as the text it contributes, for per-token display.
+
+        Remembered per id: a trace with the inspector's top-k names hundreds of
+        ids, and decoding one costs tens of microseconds, which made naming
+        them a visible share of a small model's decode time.
+        """
+        missing = [i for i in dict.fromkeys(ids) if i not in self._token_text]
+        if missing:
+            self._token_text.update(zip(missing, self.tokenizer.batch_decode([[i] for i in missing])))
+        return [self._token_text[i] for i in ids]
 
     def timed_call(self, session: KVSession, kind: str, tokens: int, call: Callable[[], torch.Tensor]) -> torch.Tensor:
         """Run one model call, report it to the session, return its result.

@@ -170,7 +170,8 @@ class LLaDA2Model(PositionAlignedModel):
 
     @staticmethod
     def trained_block_lengths_of(config: dict) -> tuple[int, ...]:
-        return (LLADA2_BLOCK_LENGTH,)
+        """The released models decode 32-token blocks; a checkpoint may list its own (this project's does)."""
+        return tuple(config.get("block_lengths") or (LLADA2_BLOCK_LENGTH,))
 
     @classmethod
     def prepare_loading(cls) -> None:

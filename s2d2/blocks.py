@@ -1,0 +1,133 @@
+"""The state a decode carries through one block, and what each step hands on.
+
+A block's tokens and what is still masked (:class:`BlockState`), one draft
+forward's proposals (:class:`Draft`), one verifier forward's verdict
+(:class:`Verification`) and everything a step decided (:class:`StepDecision`):
+plain data the decoder's loop (:mod:`s2d2.decode`) passes between its parts, so
+each part can be read, and tested, without the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import trace as tr
+
+Commits = dict[int, tuple[int, str]]  # block position -> (token, outcome)
+
+
+def first_masked_span(masked: list[bool]) -> tuple[int, int] | None:
+    """``(start, length)`` of the first contiguous run of masked positions, if any.
+
+    Everything before it in the block is committed, so its first position is
+    conditioned exactly: that is what makes verification left to right sound.
+    """
+    try:
+        start = masked.index(True)
+    except ValueError:
+        return None
+    end = start
+    while end < len(masked) and masked[end]:
+        end += 1
+    return start, end - start
+
+
+@dataclass
+class BlockState:
+    """The block being decoded: tokens on the device, their host mirror, what is still masked.
+
+    What is masked is state (``masked``, mirrored on the device as
+    ``masked_on_device``), never read back from the tokens: a model may commit
+    its own mask token id, which is then an ordinary committed token.
+    ``offset`` is the output position of block position 0 (negative while the
+    block still holds the prompt's tail); ``active`` marks positions inside the
+    generation budget (the last block may be cut by ``max_new_tokens``).
+    """
+
+    index: int
+    offset: int
+    host: list[int]
+    masked: list[bool]
+    active: list[bool]
+    tokens: torch.Tensor
+    masked_on_device: torch.Tensor
+    last: bool = False  # the budget ends in this block
+    decoded: int = 0  # tokens committed in this block so far
+    causal_rows: int = 0  # rows the last draft_ver draft made causal
+
+    @classmethod
+    def starting(cls, index, start, prompt_ids, total, mask_id, size, device) -> BlockState:
+        tail = prompt_ids[start:]
+        host = tail + [mask_id] * (size - len(tail))
+        active = [start + i < total for i in range(size)]
+        masked = [start + i >= len(prompt_ids) and a for i, a in enumerate(active)]
+        tokens = torch.tensor(host, dtype=torch.long, device=device)
+        return cls(index, start - len(prompt_ids), host, masked, active, tokens, torch.tensor(masked, device=device))
+
+    @property
+    def first_generated(self) -> int:
+        return max(0, -self.offset)
+
+    def write(self, tokens: dict[int, int]) -> None:
+        """Write tokens at block positions (commits or edits) on host and device alike."""
+        if not tokens:
+            return
+        for i, token in tokens.items():
+            self.host[i] = token
+            self.masked[i] = False
+        index = torch.tensor(list(tokens), device=self.tokens.device)
+        self.tokens[index] = torch.tensor(list(tokens.values()), device=self.tokens.device)
+        self.masked_on_device[index] = False
+
+    def stop_end(self, stops) -> int | None:
+        """Block position after the first committed stop token whose prefix is all committed."""
+        for i in range(self.first_generated, len(self.host)):
+            if self.masked[i]:
+                return None
+            if self.host[i] in stops:
+                return i + 1
+        return None
+
+
+@dataclass
+class Draft:
+    """One draft forward's proposals for a block, on the device and mirrored on the host."""
+
+    probs: torch.Tensor
+    tokens: torch.Tensor
+    confidence: torch.Tensor
+    tokens_host: list[int]
+    confidence_host: list[float]
+    top_host: list[list] | None = None  # per row, the drafter's top-k ids then probabilities (``trace_top_k``)
+
+
+@dataclass
+class Verification:
+    """What one verifier forward decided, at block positions from ``start`` on.
+
+    ``stats`` holds ``(q(x), q/p, energy, residual mass)`` for every verified
+    position that was still masked; ``commits`` the accepted prefix, the
+    correction and any ratio-threshold accepts; ``detail`` the decision per
+    position (:class:`~s2d2.trace.PositionRecord` fields: ``q_top``, ``u``,
+    ``accept_probability``, ``residual_top``).
+    """
+
+    start: int
+    accepted: int
+    commits: Commits
+    stats: dict[int, tuple[float, float, float, float]]
+    detail: dict[int, dict] = field(default_factory=dict)
+    lookahead_used: bool = False  # it accepted everything a lookahead was carried for
+
+
+@dataclass
+class StepDecision:
+    """Everything one step decided: the commits, and the route and verification behind them."""
+
+    commits: Commits
+    route: tr.RouteRecord | None = None
+    verification: Verification | None = None
+    edits: list[tr.EditRecord] = field(default_factory=list)
+    rule: dict | None = None

@@ -1,0 +1,62 @@
+"""The diffusion commit rules: which drafted positions a step commits without verification.
+
+Each rule is a small function of one draft and the candidate positions, named
+in :data:`COMMIT_RULES`, from which the config's choices are derived. The
+baselines commit with them, and S2D2 falls back to them for whatever its
+verifier left (or when its router skips verification).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .policies import normalized_entropy
+
+
+def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
+    """Positions the static or dynamic diffusion rule commits among ``candidates``.
+
+    ``static`` takes the ``k`` most confident; ``dynamic`` takes every
+    candidate whose confidence exceeds ``threshold`` if there are at least ``k``
+    of them, else the ``k`` most confident (SDAR's ``low_confidence_dynamic``).
+    """
+    if rule == "dynamic":
+        confident = [i for i in candidates if confidence[i] > threshold]
+        if len(confident) >= k:
+            return confident
+    return sorted(candidates, key=lambda i: -confidence[i])[:k]
+
+
+def entropy_bounded_commits(entropy: list[float], candidates: list[int], k: int, budget: float) -> list[int]:
+    """SDAR's ``entropy_bounded`` rule: the least uncertain drafts first, as many
+    as fit in the entropy ``budget`` (at least one, at most ``k``)."""
+    ordered = sorted(candidates, key=lambda i: entropy[i])
+    total, fits = 0.0, 0
+    for i in ordered:
+        total += entropy[i]
+        if total >= budget:
+            break
+        fits += 1
+    return ordered[: max(1, min(fits, k))]
+
+
+def static_rule(draft, candidates: list[int], k: int, config) -> list[int]:
+    """The ``k`` most confident drafts (SDAR's static schedule)."""
+    return rule_commits(draft.confidence_host, candidates, k, "static", config.threshold)
+
+
+def dynamic_rule(draft, candidates: list[int], k: int, config) -> list[int]:
+    """Every draft above τ, or the ``k`` most confident when fewer clear it."""
+    return rule_commits(draft.confidence_host, candidates, k, "dynamic", config.threshold)
+
+
+def entropy_bounded_rule(draft, candidates: list[int], k: int, config) -> list[int]:
+    """The least uncertain drafts while their entropies (in nats) fit the budget."""
+    entropy = (normalized_entropy(draft.probs) * math.log(draft.probs.shape[-1])).tolist()
+    return entropy_bounded_commits(entropy, candidates, k, config.eb_threshold)
+
+
+# Rule name → ``(draft, candidate positions, minimum commits, DecodeConfig) -> positions to commit``.
+RULES: dict[str, Callable] = {"static": static_rule, "dynamic": dynamic_rule, "entropy_bounded": entropy_bounded_rule}
+COMMIT_RULES = tuple(RULES)
