@@ -92,11 +92,12 @@ def test_exact_s2d2_writes_the_trained_models_own_ar_answers(model_id, models):
 
 
 def test_llada2_editing_rewrites_committed_tokens(models):
-    """τ_edit does something on the model trained with editing: at LLaDA2's quality setting some committed
-    tokens are rewritten by later drafts, and turning editing off removes every edit."""
+    """τ_edit does something on the model trained with editing: LLaDA2's threshold decoding at the quality
+    setting rewrites committed tokens (28 edits on 6 chains problems when this was written), and turning
+    editing off removes every edit. (In S2D2 runs the verifier leaves editing nothing to do: 0 edits.)"""
     model = models["bundled-llada2"]
-    quality = preset_config("llada2-quality", max_new_tokens=BUDGET)
-    problems = get_family("team").problems("heldout", 10, seed=4242) + get_family("arith").problems("heldout", 10, 4242)
+    quality = preset_config("llada2-quality", max_new_tokens=BUDGET).replace(method="dynamic")
+    problems = get_family("chains").problems("heldout", 6, seed=4242)
     edited = sum(generate(model, p.prompt, quality).summary.edits for p in problems)
     unedited = sum(generate(model, p.prompt, quality.replace(edit_threshold=None)).summary.edits for p in problems)
-    assert edited >= 1 and unedited == 0, (edited, unedited)
+    assert edited >= 5 and unedited == 0, (edited, unedited)
