@@ -390,8 +390,8 @@ def _session_key(request: gr.Request | None) -> str:
 
 def _new_cancel_event(request: gr.Request | None) -> threading.Event:
     """A fresh event per run, so a cancelled run still winding down never sees the next run's clear."""
-    _CANCELS[_session_key(request)] = threading.Event()
-    return _CANCELS[_session_key(request)]
+    event = _CANCELS[_session_key(request)] = threading.Event()
+    return event
 
 
 def _drop_cancel_event(request: gr.Request | None, event: threading.Event) -> None:
