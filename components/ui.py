@@ -25,7 +25,6 @@ from s2d2.settings import Setting
 from s2d2.trace import Trace
 
 from .bundle import bundle_json, load_bundle_file
-from .figures import trajectory_figure
 from .inspector import inspector_hint, inspector_html
 from .runner import (
     BASELINE_RULE,
@@ -42,7 +41,7 @@ from .runner import (
     resolve,
     stream_all,
 )
-from .views import PLOT_IDS, build_views, text_panel
+from .views import PLOT_IDS, UNCHANGED, VIEWS, build_views, live_views
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
@@ -226,87 +225,55 @@ def apply_preset(name: str) -> list:
 
 @dataclass
 class Results:
-    headline: gr.HTML
-    player_all: gr.HTML
-    texts: dict
-    player_s2d2: gr.HTML
-    trajectory_s2d2: gr.Plot
-    player_baseline: gr.HTML
-    trajectory_baseline: gr.Plot
-    energy: gr.Plot
-    router: gr.Plot
-    cost: gr.Plot
-    table: gr.Dataframe
-    inspectors: dict  # run -> gr.HTML, the panel beside its trajectory
+    """The results area's components, keyed as :data:`components.views.VIEWS` keys its views."""
+
+    slots: dict[str, gr.components.Component]
     inspect_request: gr.Textbox  # written by the page's player script: "run|step|position|nonce"
 
     def components(self) -> list:
-        return [
-            self.headline,
-            self.player_all,
-            *self.texts.values(),
-            self.player_s2d2,
-            self.trajectory_s2d2,
-            self.player_baseline,
-            self.trajectory_baseline,
-            self.energy,
-            self.router,
-            self.cost,
-            self.table,
-            *self.inspector_panels(),
-        ]
+        """The outputs in :data:`VIEWS` order, as :func:`render` and :func:`render_stream` return values."""
+        return [self.slots[view.key] for view in VIEWS]
 
     def inspector_panels(self) -> list:
-        """The inspector panels in :data:`PLOT_IDS` order, as :func:`inspect` and :func:`render` return them."""
-        return [self.inspectors[run] for run in PLOT_IDS]
+        """The inspector panels in :data:`PLOT_IDS` order, as :func:`inspect` returns them."""
+        return [self.slots[f"inspector:{run}"] for run in PLOT_IDS]
 
 
 def results_area() -> Results:
     from .tokens import legend_html
 
-    headline = gr.HTML(elem_id="headline")
+    slots: dict[str, gr.components.Component] = {"headline": gr.HTML(elem_id="headline")}
     gr.HTML(legend_html(), elem_id="legend")
-    player_all = gr.HTML(elem_id="player-all")
-    texts = {}
+    slots["player_all"] = gr.HTML(elem_id="player-all")
     with gr.Row(equal_height=False):
         for name in RUN_NAMES:
             with gr.Column(min_width=240):
                 gr.Markdown(f"### {name}")
-                texts[name] = gr.HTML(elem_id=f"text-{name.lower()}", elem_classes=["run-text"])
+                slots[f"text:{name}"] = gr.HTML(elem_id=f"text-{name.lower()}", elem_classes=["run-text"])
     with gr.Tabs():
         with gr.Tab("Trajectory", id="tab-trajectory"):
-            inspectors = {}
-            player_s2d2 = gr.HTML(elem_id="player-s2d2")
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=3, min_width=320):
-                    trajectory_s2d2 = gr.Plot(elem_id="plot-trajectory-s2d2", show_label=False)
-                with gr.Column(scale=2, min_width=280):
-                    inspectors["S2D2"] = gr.HTML(inspector_hint("S2D2"), elem_id="inspector-s2d2")
-            player_baseline = gr.HTML(elem_id="player-baseline")
-            with gr.Row(equal_height=False):
-                with gr.Column(scale=3, min_width=320):
-                    trajectory_baseline = gr.Plot(elem_id="plot-trajectory-baseline", show_label=False)
-                with gr.Column(scale=2, min_width=280):
-                    inspectors["Baseline"] = gr.HTML(inspector_hint("Baseline"), elem_id="inspector-baseline")
+            for run in ("S2D2", "Baseline"):
+                slots[f"player:{run}"] = gr.HTML(elem_id=f"player-{run.lower()}")
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=3, min_width=320):
+                        slots[f"trajectory:{run}"] = gr.Plot(elem_id=PLOT_IDS[run], show_label=False)
+                    with gr.Column(scale=2, min_width=280):
+                        slots[f"inspector:{run}"] = gr.HTML(inspector_hint(run), elem_id=f"inspector-{run.lower()}")
         with gr.Tab("Residual energy", id="tab-energy"):
-            energy = gr.Plot(elem_id="plot-energy", show_label=False)
+            slots["energy"] = gr.Plot(elem_id="plot-energy", show_label=False)
         with gr.Tab("Router", id="tab-router"):
-            router = gr.Plot(elem_id="plot-router", show_label=False)
+            slots["router"] = gr.Plot(elem_id="plot-router", show_label=False)
         with gr.Tab("Cost", id="tab-cost"):
             gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
-            cost = gr.Plot(elem_id="plot-cost", show_label=False)
+            slots["cost"] = gr.Plot(elem_id="plot-cost", show_label=False)
         with gr.Tab("Table", id="tab-table"):
             gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
-            table = gr.Dataframe(elem_id="stats-table", show_label=False, wrap=True)
+            slots["table"] = gr.Dataframe(elem_id="stats-table", show_label=False, wrap=True)
     request = gr.Textbox(elem_id="inspect-request", elem_classes=["inspect-request"], show_label=False, container=False)
-    return Results(
-        headline, player_all, texts, player_s2d2, trajectory_s2d2, player_baseline, trajectory_baseline,
-        energy, router, cost, table, inspectors, request,
-    )  # fmt: skip
+    return Results(slots, request)
 
 
-# headline, play-all, texts, players + plots, 3 figures, table, inspectors
-RESULT_SLOTS = 1 + 1 + len(RUN_NAMES) + 2 * len(PLOT_IDS) + 4 + len(PLOT_IDS)
+RESULT_SLOTS = len(VIEWS)
 # The runs each page session shows, for its inspector. Kept here, not in a gr.State: a State makes every
 # page hold a heartbeat stream open. The oldest sessions are forgotten first.
 _SHOWN: OrderedDict[str, dict[str, Trace]] = OrderedDict()
@@ -328,33 +295,12 @@ def remember(request: gr.Request | None, traces: dict[str, Trace]) -> None:
 
 def render(traces: dict) -> list:
     """Values for :meth:`Results.components`, in order."""
-    v = build_views(traces)
-    return [
-        v.headline,
-        v.player_all,
-        *(v.texts[n] for n in RUN_NAMES),
-        v.player_s2d2,
-        v.trajectory_s2d2,
-        v.player_baseline,
-        v.trajectory_baseline,
-        v.energy,
-        v.router,
-        v.cost,
-        v.table,
-        *(inspector_hint(run) for run in PLOT_IDS),
-    ]
+    return list(build_views(traces).values())
 
 
 def render_stream(shown: dict[str, Trace], changed: str) -> list:
     """Values while decoding: every run's text so far, the trajectory of the run that moved."""
-    values = [gr.update(), gr.update()]
-    values += [text_panel(shown, n) if n in shown else '<div class="run-missing">waiting…</div>' for n in RUN_NAMES]
-    for run in ("S2D2", "Baseline"):
-        if run == changed:
-            values += ["", trajectory_figure(shown[run], f"{run} trajectory (decoding…)", run)]
-        else:
-            values += [gr.update(), gr.update()]
-    return values + [gr.update()] * (4 + len(PLOT_IDS))
+    return [gr.update() if value is UNCHANGED else value for value in live_views(shown, changed).values()]
 
 
 def inspect(asked: str, request: gr.Request = None) -> list:

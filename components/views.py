@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import pandas as pd
 import plotly.graph_objects as go
 
 from s2d2.config import Exactness
@@ -18,24 +18,10 @@ from .figures import (
     router_figure,
     trajectory_figure,
 )
+from .inspector import inspector_hint
 from .narration import narrate
 from .tables import stats_table
 from .tokens import tokens_html
-
-
-@dataclass
-class Views:
-    headline: str
-    texts: dict[str, str]
-    player_all: str
-    player_baseline: str
-    player_s2d2: str
-    trajectory_baseline: go.Figure
-    trajectory_s2d2: go.Figure
-    energy: go.Figure
-    router: go.Figure
-    cost: go.Figure
-    table: pd.DataFrame
 
 
 def _times(a: float, b: float) -> str:
@@ -126,21 +112,79 @@ def player_all_html(runs: dict[str, Trace]) -> str:
     )
 
 
-def build_views(runs: dict[str, Trace]) -> Views:
-    base, s2d2 = runs.get("Baseline"), runs.get("S2D2")
-    missing = empty_figure("No such run in this comparison.")
-    return Views(
-        headline=headline_html(runs),
-        texts={name: text_panel(runs, name) for name in ("AR", "Baseline", "S2D2")},
-        player_all=player_all_html(runs),
-        player_baseline=player_html(base, "Baseline"),
-        player_s2d2=player_html(s2d2, "S2D2"),
-        trajectory_baseline=(
-            trajectory_figure(base, f"Baseline ({base.method}) trajectory", "Baseline") if base else missing
-        ),
-        trajectory_s2d2=trajectory_figure(s2d2, "S2D2 trajectory", "S2D2") if s2d2 else missing,
-        energy=residual_energy_figure(s2d2) if s2d2 else missing,
-        router=router_figure(s2d2) if s2d2 else missing,
-        cost=cost_figure(runs),
-        table=stats_table(runs),
-    )
+# -- the results area as one ordered table ---------------------------------------
+
+UNCHANGED = object()  # a live view's answer for "leave this output as it is"
+
+
+@dataclass(frozen=True)
+class View:
+    """One output of the results area.
+
+    ``key`` names the component it fills (``components.ui.results_area``
+    keys its slots the same way); ``build`` renders it from finished runs;
+    ``live`` updates it while decoding, from the runs so far and the name of
+    the run that just moved (``None``: it waits for the finished runs). A new
+    figure is one function and one row of :data:`VIEWS`.
+    """
+
+    key: str
+    build: Callable[[dict[str, Trace]], object]
+    live: Callable[[dict[str, Trace], str], object] | None = None
+
+
+MISSING = "No such run in this comparison."
+
+
+def _text_view(name: str) -> View:
+    def live(shown: dict[str, Trace], changed: str) -> str:
+        return text_panel(shown, name) if name in shown else '<div class="run-missing">waiting…</div>'
+
+    return View(f"text:{name}", lambda runs: text_panel(runs, name), live)
+
+
+def _trajectory_views(run: str) -> tuple[View, View]:
+    """The run's ▶ Play control and its trajectory figure; while decoding, the figure follows the run."""
+
+    def figure(runs: dict[str, Trace]) -> go.Figure:
+        trace = runs.get(run)
+        if trace is None:
+            return empty_figure(MISSING)
+        title = f"Baseline ({trace.method}) trajectory" if run == "Baseline" else f"{run} trajectory"
+        return trajectory_figure(trace, title, run)
+
+    def live_player(shown: dict[str, Trace], changed: str) -> object:
+        return "" if changed == run else UNCHANGED
+
+    def live_figure(shown: dict[str, Trace], changed: str) -> object:
+        return trajectory_figure(shown[run], f"{run} trajectory (decoding…)", run) if changed == run else UNCHANGED
+
+    player = View(f"player:{run}", lambda runs: player_html(runs.get(run), run), live_player)
+    return player, View(f"trajectory:{run}", figure, live_figure)
+
+
+def _of_s2d2(make: Callable[[Trace], go.Figure]) -> Callable[[dict[str, Trace]], go.Figure]:
+    return lambda runs: make(runs["S2D2"]) if "S2D2" in runs else empty_figure(MISSING)
+
+
+VIEWS: tuple[View, ...] = (
+    View("headline", headline_html),
+    View("player_all", player_all_html),
+    *(_text_view(name) for name in ("AR", "Baseline", "S2D2")),
+    *(view for run in PLOT_IDS for view in _trajectory_views(run)),
+    View("energy", _of_s2d2(residual_energy_figure)),
+    View("router", _of_s2d2(router_figure)),
+    View("cost", cost_figure),
+    View("table", stats_table),
+    *(View(f"inspector:{run}", lambda runs, run=run: inspector_hint(run)) for run in PLOT_IDS),
+)
+
+
+def build_views(runs: dict[str, Trace]) -> dict[str, object]:
+    """Every view of finished runs, by key, in :data:`VIEWS` order."""
+    return {view.key: view.build(runs) for view in VIEWS}
+
+
+def live_views(shown: dict[str, Trace], changed: str) -> dict[str, object]:
+    """Every view while decoding, by key: the new value, or :data:`UNCHANGED`."""
+    return {view.key: view.live(shown, changed) if view.live else UNCHANGED for view in VIEWS}

@@ -104,6 +104,20 @@ class Draft:
 
 
 @dataclass
+class Carry:
+    """What a verification carried past its span for the next step (a lookahead it accepted through).
+
+    ``rows`` are the next draft's logits, aligned with the block they draft
+    (``None`` when only the finished block's commit was carried); ``forward``
+    is the verifier forward's index in the trace, which the decoder marks used
+    or discarded once the step's commits say whether the run goes on.
+    """
+
+    forward: int
+    rows: torch.Tensor | None
+
+
+@dataclass
 class Verification:
     """What one verifier forward decided, at block positions from ``start`` on.
 
@@ -119,7 +133,7 @@ class Verification:
     commits: Commits
     stats: dict[int, tuple[float, float, float, float]]
     detail: dict[int, dict] = field(default_factory=dict)
-    lookahead_used: bool = False  # it accepted everything a lookahead was carried for
+    carry: Carry | None = None  # it accepted everything a lookahead was carried for
 
 
 @dataclass

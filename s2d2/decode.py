@@ -28,7 +28,7 @@ import torch
 
 from . import trace as tr
 from .acceptance import draft_ratios, residual_energy, residual_mass, verify_drafts
-from .blocks import BlockState, Commits, Draft, StepDecision, Verification, first_masked_span
+from .blocks import BlockState, Carry, Commits, Draft, StepDecision, Verification, first_masked_span
 from .config import DecodeConfig
 from .decisions import top_k_columns, top_pairs
 from .models.base import BlockDiffusionModel, KVSession, Lookahead
@@ -71,8 +71,11 @@ class Decoder:
         self.policy = make_policy(config.verify) if config.method == "s2d2" else None
         warn_untrained_block_length(model, config)
         self.official = model.official if config.accounting == "official" else None
-        # Where stops are looked for: after every step, or only in complete blocks.
-        self.stop_at_block_end = model.stop_at_block_end or bool(self.official and self.official.stop_at_block_end)
+        self.stops = set(model.stop_token_ids)
+        # Where stops are looked for: after every step, or only in complete blocks (then a finished block's
+        # own check finds them). Chosen once here, so the loop never asks which family it drives.
+        at_block_end = model.stop_at_block_end or bool(self.official and self.official.stop_at_block_end)
+        self._stop_mid_block = _never_stops if at_block_end else BlockState.stop_end
         # Incremental causal KV: under cache_ver + draft_ver a committed prefix attends causally, so its KV is
         # already what the block's commit will store. Editing could rewrite it, and the official accounting
         # counts the commit forward, so neither may use it.
@@ -83,8 +86,7 @@ class Decoder:
             and config.edit_threshold is None
             and model.supports_incremental_kv
         )
-        self._next_draft: tuple[torch.Tensor, int] | None = None  # a used lookahead: (draft logits, its forward)
-        self._stored_by = None  # the forward whose lookahead stored the current block's commit
+        self._next_draft: torch.Tensor | None = None  # a used lookahead's rows: the next step's draft logits
         self.recorder = Recorder()
 
     # -- bookkeeping -------------------------------------------------------
@@ -105,10 +107,7 @@ class Decoder:
         B, new = self.config.block_length, self.config.max_new_tokens
         if self.official is None:
             return prompt_length + new, new
-        if self.official.budget == "floor_blocks":
-            return prompt_length // B * B + new // B * B, None
-        whole = -(-(prompt_length + new) // B) * B
-        return whole, new if self.official.budget == "whole_blocks_trimmed" else None
+        return self.official.positions(prompt_length, B, new)
 
     def _check_prompt(self, prompt_ids: list[int]) -> None:
         if not prompt_ids:
@@ -129,7 +128,6 @@ class Decoder:
         cfg, B = self.config, self.config.block_length
         prompt_length = len(prompt_ids)
         total, cap = self._budget(prompt_length)
-        stops = set(self.model.stop_token_ids)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         session = self.model.new_session(self.recorder.forward)
 
@@ -145,7 +143,7 @@ class Decoder:
             block = BlockState.starting(block_index, start, prompt_ids, total, self.model.mask_token_id, B, self.device)
             block.last = start + B >= total
             session.block_start = start
-            end, step = self._decode_block(session, block, pending, stops)
+            end, step = self._decode_block(session, block, pending)
             generated.extend(block.host[block.first_generated : (end if end is not None else B)])
             if self.on_progress:
                 self.on_progress(min(len(generated), cfg.max_new_tokens), cfg.max_new_tokens)
@@ -166,39 +164,39 @@ class Decoder:
         ``official`` spends a commit forward exactly where the family's
         official code does. ``fused`` stores nothing that nothing will read (the
         last block, a stopped one, a block already stored by incremental KV or
-        a lookahead) and rides the rest on the next block's first draft, except
-        for families whose commit also predicts the next block's first token
-        (Fast-dLLM v2), which need it before that draft.
+        a lookahead) and rides the rest on the next block's first draft, unless
+        the family needs it stored now (:meth:`~s2d2.models.base.BlockDiffusionModel.defer_commit`).
         """
         cfg, official, last = self.config, self.official, block.last
         if official is not None:
-            needed = (official.commit_stop_block or not stopped) and (official.commit_last_block or not last)
+            needed = official.stores(stopped, last)
         else:
-            cached, stored_by, self._stored_by = session.cached_in_block, self._stored_by, None
-            if self.model.next_token_from_commit and stored_by is not None and not (last or stopped):
-                self.recorder.mark_lookahead(stored_by, tr.LOOKAHEAD_USED)  # it saved this commit forward
+            cached = session.cached_in_block
             needed = not (last or stopped) and cached < len(block.host)
-            if needed and not self.model.next_token_from_commit:
-                return block.tokens[cached:]
+            pending = self.model.defer_commit(block.tokens[cached:]) if needed else None
+            if pending is not None:
+                return pending
         if needed:
             keep_rows = official is not None and official.draft_ver_rows_in_commit and cfg.draft_ver
             self._begin(block, step)
             self.model.commit_forward(session, block.tokens, cfg.cache_ver, block.causal_rows if keep_rows else 0)
         return None
 
-    def _decode_block(self, session: KVSession, block: BlockState, pending, stops) -> tuple[int | None, int]:
+    def _decode_block(self, session: KVSession, block: BlockState, pending) -> tuple[int | None, int]:
         """Decode one block in place; returns (block position just after a stop token or None, next step).
 
-        Sub-blocks are decoded left to right; with an edit threshold, up to
-        ``max_post_steps`` editing-only passes follow.
+        A family may commit position 0 before any draft (its carried row);
+        sub-blocks are then decoded left to right; with an edit threshold, up
+        to ``max_post_steps`` editing-only passes follow.
         """
-        cfg = self.config
+        cfg, stops = self.config, self.stops
         width, size = cfg.sub_block_length, len(block.masked)
         step = 0
-        if self.model.next_token_from_commit and block.masked[0] and session.next_row is not None:
-            self._commit_next_token(session, block)
+        carried = self.model.carried_row(session) if block.masked[0] else None
+        if carried is not None:
+            self._commit_carried(block, carried)
             step = 1
-            end = None if self.stop_at_block_end else block.stop_end(stops)
+            end = self._stop_mid_block(block, stops)
             if end is not None:  # the carried token ends the run before any forward, as in the official code
                 return end, step
         for window_start in range(0, size, width):
@@ -209,24 +207,24 @@ class Decoder:
                 self._step(session, block, step, window_step, candidates, pending, window.stop)
                 pending = None
                 step, window_step = step + 1, window_step + 1
-                end = None if self.stop_at_block_end else block.stop_end(stops)
+                end = self._stop_mid_block(block, stops)
                 if end is not None:
                     return end, step
         for _ in range(cfg.max_post_steps if cfg.edit_threshold is not None else 0):
             edits = self._step(session, block, step, 0, [False] * size, pending, size)
             pending = None
             step += 1
-            end = None if self.stop_at_block_end else block.stop_end(stops)
+            end = self._stop_mid_block(block, stops)
             if end is not None:
                 return end, step
             if not edits:
                 break
         return block.stop_end(stops), step
 
-    def _commit_next_token(self, session: KVSession, block: BlockState) -> None:
+    def _commit_carried(self, block: BlockState, row: torch.Tensor) -> None:
         """Commit block position 0 from the row that predicts it (Fast-dLLM v2), before any draft."""
         self._begin(block, 0)
-        probs = logits_to_probs(session.next_row[None], self.config.sampling)
+        probs = logits_to_probs(row[None], self.config.sampling)
         token = sample(probs, self.generator, self.config.sampling.greedy)
         token_id, p = torch.stack([token[0].double(), probs[0, token[0]].double()]).tolist()  # one host sync
         token_id = int(token_id)
@@ -254,9 +252,7 @@ class Decoder:
             causal_prefix = block.masked.index(True) if any(block.masked) else len(block.masked)
             block.causal_rows = causal_prefix
         if self._next_draft is not None:
-            logits, forward = self._next_draft
-            self._next_draft = None
-            self.recorder.mark_lookahead(forward, tr.LOOKAHEAD_USED)
+            logits, self._next_draft = self._next_draft, None
         else:
             logits = self.model.draft_forward(session, block.tokens, pending, cfg.cache_ver, causal_prefix,
                                               store_prefix=self.incremental)  # fmt: skip
@@ -273,8 +269,21 @@ class Decoder:
         decision.rule = self._rule_record(k_min)
         block.write({i: token for i, (token, _) in decision.commits.items()})
         block.decoded += len(decision.commits)
+        if decision.verification is not None and decision.verification.carry is not None:
+            self._settle_carry(decision.verification.carry, block)
         self._record_step(block, step, draft, candidates, decision)
         return len(edits)
+
+    def _settle_carry(self, carry: Carry, block: BlockState) -> None:
+        """Mark a carried lookahead once, now that the step's commits are known: used when the run goes on
+        past this step (its rows become the next draft, or its commit saves the block's commit forward),
+        discarded when a stop token ends the run here."""
+        complete = not any(block.masked)
+        ends = block.stop_end(self.stops) if complete else self._stop_mid_block(block, self.stops)
+        used = ends is None
+        self.recorder.mark_lookahead(carry.forward, tr.LOOKAHEAD_USED if used else tr.LOOKAHEAD_DISCARDED)
+        if used and carry.rows is not None:
+            self._next_draft = carry.rows
 
     def _record_step(
         self, block: BlockState, step: int, draft: Draft, candidates: list[bool], decision: StepDecision
@@ -383,7 +392,7 @@ class Decoder:
             )
         commits = self._fallback(draft, candidates, commits, k_min, tr.FALLBACK if verification else tr.THRESHOLD)
         # A draft, a verification, less the forward a used lookahead saves (the next draft, or Fast-dLLM's commit).
-        spent = 1 + (verification is not None) - bool(verification and verification.lookahead_used)
+        spent = 1 + (verification is not None) - bool(verification and verification.carry)
         self.policy.observe(route, len(commits), spent)
         return StepDecision(commits, route=route, verification=verification)
 
@@ -392,7 +401,7 @@ class Decoder:
     ) -> RouteContext:
         cfg = self.config
         width = cfg.sub_block_length
-        filled = width - sum(candidates) if self.model.ucb_progress_counts_filled else block.decoded
+        filled = self.model.filled_for_routing(block.decoded, width - sum(candidates))
         progress = min(1.0, filled / width)
         if span is None:
             return RouteContext(0, 0, width, progress, 0.0, 0, 0.0)
@@ -420,26 +429,13 @@ class Decoder:
         )
 
     def _lookahead_plan(self, block: BlockState, span: tuple[int, int], window_end: int) -> Lookahead | None:
-        """What the verification should carry for the case that it accepts everything to ``window_end``.
-
-        At the end of a block: the block's commit and the next block's first
-        draft (a right-shifted family only gets the commit, under ``cache_ver``:
-        its next first token is not known before the forward). At the end of a
-        sub-block: the next sub-block's draft, exact under ``draft_ver`` only,
-        where the committed prefix attends causally as in the verifier.
-        """
+        """What the verification should carry for the case that it accepts everything to ``window_end``
+        (the family says what it can: :meth:`~s2d2.models.base.BlockDiffusionModel.lookahead_plan`)."""
         cfg, size = self.config, len(block.masked)
         if not cfg.lookahead or sum(span) != window_end:
             return None
-        if window_end < size:
-            if not cfg.draft_ver or self.model.next_token_from_commit or not block.active[window_end]:
-                return None  # inexact, or a right-shifted family, or the budget ends with this window
-            return Lookahead(window_end, size - window_end, "none")
-        if block.last:
-            return None
-        if self.model.next_token_from_commit:
-            return Lookahead(size, 0, "first_half") if cfg.cache_ver else None
-        return Lookahead(size, size, "first_half" if cfg.cache_ver else "rows")
+        next_active = window_end < size and block.active[window_end]
+        return self.model.lookahead_plan(window_end, size, block.last, next_active, cfg.draft_ver, cfg.cache_ver)
 
     def _verify_span(
         self,
@@ -489,8 +485,8 @@ class Decoder:
             rejected = start + accepted
             if v.allow_resample:
                 commits[rejected] = (correction, tr.RESAMPLED)
-            elif self.model.keep_rejected_draft:
-                commits[rejected] = (draft.tokens_host[rejected], tr.KEPT)
+            elif (kept := self.model.rejected_commit(draft.tokens_host[rejected])) is not None:
+                commits[rejected] = kept
         if v.ratio_threshold is not None:
             for k in range(reach):
                 i = start + k
@@ -508,17 +504,21 @@ class Decoder:
             detail[start + accepted]["residual_top"] = residual_top
         used = plan is not None and accepted == length
         self.model.settle(session, verified, verified.rows_to_keep(start + accepted, used, plan, self.incremental))
-        if plan is not None:
-            forward = self.recorder.last_forward()
+        return Verification(start, accepted, commits, stats, detail, carry=self._carry(plan, used, verified, block))
+
+    def _carry(self, plan: Lookahead | None, used: bool, verified, block: BlockState) -> Carry | None:
+        """What an accepted-through lookahead hands to the next step; a lookahead rejected inside its span
+        is marked discarded here, where that is decided."""
+        if plan is None:
+            return None
+        forward = self.recorder.last_forward()
+        if not used:
             self.recorder.mark_lookahead(forward, tr.LOOKAHEAD_DISCARDED)
-            if used and not plan.count:
-                self._stored_by = forward
-            elif used:
-                rows = verified.lookahead
-                if plan.start < len(block.masked):  # the next sub-block: rows before it are not drafted
-                    rows = torch.cat([rows.new_zeros(plan.start, rows.shape[-1]), rows])
-                self._next_draft = (rows, forward)
-        return Verification(start, accepted, commits, stats, detail, lookahead_used=used)
+            return None
+        rows = verified.lookahead if plan.count else None
+        if rows is not None and plan.start < len(block.masked):  # the next sub-block: rows before it not drafted
+            rows = torch.cat([rows.new_zeros(plan.start, rows.shape[-1]), rows])
+        return Carry(forward, rows)
 
     def _decision_table(
         self, table: torch.Tensor, q: torch.Tensor, residual: torch.Tensor
@@ -533,6 +533,11 @@ class Decoder:
         residual_row = torch.cat([residual_row.new_full((1, table.shape[1]), math.nan), residual_row], dim=1)
         host = torch.cat([rows, residual_row]).tolist()
         return host[:-1], top_pairs(host[-1][table.shape[1] :])
+
+
+def _never_stops(block: BlockState, stops) -> None:
+    """The stop rule of families that look for stop tokens only in complete blocks."""
+    return None
 
 
 def warn_untrained_block_length(model: BlockDiffusionModel, config: DecodeConfig) -> None:

@@ -18,7 +18,7 @@ from components.figures import (
 from components.runner import build_configs, check_prompt, resolve, run_all
 from components.tables import stats_table
 from components.tokens import tokens_html
-from components.views import build_views
+from components.views import UNCHANGED, VIEWS, build_views, live_views
 from s2d2.trace import OUTCOMES
 
 
@@ -128,7 +128,20 @@ def test_comparison_bundle_round_trips(runs):
     with pytest.raises(ValueError):
         load_bundle('{"hello": 1}')
     views = build_views(again)
-    assert "S2D2" in views.headline and len(views.texts) == 3
+    assert "S2D2" in views["headline"] and all(f"text:{name}" in views for name in again)
+
+
+def test_views_table_drives_render_and_streaming(runs):
+    """One ordered table: finished runs fill every slot; while decoding only the run that moved is redrawn."""
+    from components import ui
+
+    assert [key for key in build_views(runs)] == [view.key for view in VIEWS]
+    assert len(ui.render(runs)) == len(VIEWS) == ui.RESULT_SLOTS
+    live = live_views({"S2D2": runs["S2D2"]}, "S2D2")
+    assert live["trajectory:Baseline"] is UNCHANGED and live["player:Baseline"] is UNCHANGED
+    assert "decoding" in live["trajectory:S2D2"].layout.title.text
+    assert "waiting" in live["text:AR"] and "tok" in live["text:S2D2"]
+    assert live["table"] is UNCHANGED
 
 
 def test_bad_dashboard_input_is_refused():

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from .. import masks
+from .. import masks, trace
 
 ForwardRecorder = Callable[[str, int, float], None]
 
@@ -64,6 +64,17 @@ class OfficialConventions:
     stop_at_block_end: bool = True
     budget: str = "whole_blocks"
     draft_ver_rows_in_commit: bool = True
+
+    def positions(self, prompt_length: int, block_length: int, max_new_tokens: int) -> tuple[int, int | None]:
+        """``(positions to decode up to, cap on the output length)``: whole blocks, as the official codes decode."""
+        if self.budget == "floor_blocks":
+            return prompt_length // block_length * block_length + max_new_tokens // block_length * block_length, None
+        whole = -(-(prompt_length + max_new_tokens) // block_length) * block_length
+        return whole, max_new_tokens if self.budget == "whole_blocks_trimmed" else None
+
+    def stores(self, stopped: bool, last: bool) -> bool:
+        """Whether the official code spends a commit forward on a finished block."""
+        return (self.commit_stop_block or not stopped) and (self.commit_last_block or not last)
 
 
 @contextlib.contextmanager
@@ -162,20 +173,20 @@ class BlockDiffusionModel(ABC):
     (``stock_class``, :meth:`stock_config`), and its decoding conventions:
 
     - ``next_token_from_commit``: the forward that stores a block's KV also
-      predicts the next block's first token, which is committed from that row
-      before the next block's first draft (Fast-dLLM v2's right shift);
+      predicts the next block's first token (Fast-dLLM v2's right shift);
     - ``stop_at_block_end``: stop tokens are looked for only once a block is
       complete, because later edits may still rewrite them (LLaDA2.x);
-    - ``keep_rejected_draft``: without resampling (``allow_resample=False``)
-      the official code commits a rejected draft as it is (SDAR), or leaves the
-      position to the diffusion rule (Fast-dLLM v2);
     - ``official``: how its official code spends forwards, stops and sizes
       its output (:class:`OfficialConventions`, for ``accounting="official"``);
     - ``supports_incremental_kv``: a committed causal prefix's KV can be
-      stored while the block is still being decoded (position-aligned families);
-    - ``ucb_progress_counts_filled``: the UCB router's block progress counts
-      every filled position of the sub-block (Fast-dLLM v2) rather than the
-      tokens decoded in the block (SDAR).
+      stored while the block is still being decoded (position-aligned families).
+
+    Where a convention changes what the decoder does mid-block, the family
+    answers through a hook instead of a flag the loop would branch on:
+    :meth:`carried_row` (how a block begins), :meth:`defer_commit` (when a
+    finished block is stored), :meth:`lookahead_plan` (what a verification
+    can carry), :meth:`rejected_commit` (a rejection without resampling) and
+    :meth:`filled_for_routing` (the UCB router's block progress).
     """
 
     family: str = ""
@@ -185,8 +196,6 @@ class BlockDiffusionModel(ABC):
     default_stop_token_ids: tuple[int, ...] = ()
     next_token_from_commit = False
     stop_at_block_end = False
-    keep_rejected_draft = True
-    ucb_progress_counts_filled = False
     supports_incremental_kv = False
     official = OfficialConventions()
 
@@ -236,6 +245,52 @@ class BlockDiffusionModel(ABC):
         adapter = cls(model, tokenizer, mask, stops, name)
         adapter.trained_block_lengths = cls.trained_block_lengths_of(config)
         return adapter
+
+    # -- decoding conventions, as hooks the decoder calls -------------------
+
+    def carried_row(self, session: KVSession) -> torch.Tensor | None:
+        """The logit row that predicts a new block's position 0 before any draft, if the family has one.
+
+        ``None`` here: position 0 is drafted like every other. A right-shifted
+        family returns the last row of the forward that stored the previous
+        tokens, and the decoder commits position 0 from it first.
+        """
+        return None
+
+    def defer_commit(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """A finished block's unstored ``tokens``, to be stored fused with the next block's first draft.
+
+        Returning ``None`` asks for a commit forward now instead: a family whose
+        commit predicts the next block's first token needs it before that draft.
+        """
+        return tokens
+
+    def lookahead_plan(
+        self, window_end: int, size: int, last_block: bool, next_active: bool, draft_ver: bool, cache_ver: bool
+    ) -> Lookahead | None:
+        """What a verification that accepts every draft up to ``window_end`` can carry for the next step.
+
+        At the end of a block: the block's commit and the next block's first
+        draft. At the end of a sub-block: the next sub-block's draft, exact
+        under ``draft_ver`` only, where the committed prefix attends causally
+        as in the verifier. Nothing past the budget.
+        """
+        if window_end < size:
+            return Lookahead(window_end, size - window_end, "none") if draft_ver and next_active else None
+        if last_block:
+            return None
+        return Lookahead(size, size, "first_half" if cache_ver else "rows")
+
+    def rejected_commit(self, draft_token: int) -> tuple[int, str] | None:
+        """What a rejected draft becomes when the verifier may not resample: kept as it is, as SDAR's code does.
+
+        ``None`` leaves the position to the diffusion rule.
+        """
+        return draft_token, trace.KEPT
+
+    def filled_for_routing(self, decoded_in_block: int, filled_in_window: int) -> int:
+        """The count the UCB router reads as block progress: the tokens decoded in the block so far."""
+        return decoded_in_block
 
     @property
     def vocab_size(self) -> int:

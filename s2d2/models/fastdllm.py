@@ -53,8 +53,6 @@ class FastDLLMModel(BlockDiffusionModel):
     stock_config = staticmethod(qwen2_config_from_fast_dllm)
     default_mask_token_id = FAST_DLLM_MASK_TOKEN_ID
     next_token_from_commit = True
-    keep_rejected_draft = False
-    ucb_progress_counts_filled = True
     official = OfficialConventions(
         commit_stop_block=False, stop_at_block_end=False, budget="floor_blocks", draft_ver_rows_in_commit=False
     )
@@ -67,6 +65,25 @@ class FastDLLMModel(BlockDiffusionModel):
     @staticmethod
     def trained_block_lengths_of(config: dict) -> tuple[int, ...]:
         return (int(config.get("bd_size", 32)),)
+
+    def carried_row(self, session):
+        return session.next_row
+
+    def defer_commit(self, tokens):
+        return None  # the commit's last row predicts the next block's first token, needed before its draft
+
+    def lookahead_plan(self, window_end, size, last_block, next_active, draft_ver, cache_ver):
+        """Only the block's commit, under ``cache_ver``: the next block's first token is not known before
+        the forward, so no next draft can ride on it, and a next sub-block would need that shift too."""
+        if window_end < size or last_block or not cache_ver:
+            return None
+        return Lookahead(size, 0, "first_half")
+
+    def rejected_commit(self, draft_token):
+        return None  # the official code leaves a rejected position to the threshold rule
+
+    def filled_for_routing(self, decoded_in_block, filled_in_window):
+        return filled_in_window
 
     def prefill(self, session, ids, causal, block_length):
         session.next_row = super().prefill(session, ids, causal, block_length)
