@@ -8,6 +8,8 @@
 # paper-sized study (several hours there). Nothing else may run meanwhile: the tables report wall time.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAMILY_PROBLEMS=... for the other two
+#   OUT=runs/grid-check scripts/bench_bundled.sh   # elsewhere, e.g. to compare a code change with
+#                                                  # scripts/compare_runs.py docs/results runs/grid-check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
@@ -15,12 +17,13 @@ launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${P
   --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
 problems=${PROBLEMS:-100}
 family_problems=${FAMILY_PROBLEMS:-60}
+out=${OUT:-docs/results}
 
-"${launch[@]}" --model bundled --grid paper --problems "$problems" --dev-problems 30 --out docs/results/bundled
+"${launch[@]}" --model bundled --grid paper --problems "$problems" --dev-problems 30 --out "$out/bundled"
 "${launch[@]}" --model bundled-fast-dllm-v2 --grid fastdllm --problems "$family_problems" --dev-problems 20 \
-  --out docs/results/bundled-fast-dllm-v2
+  --out "$out/bundled-fast-dllm-v2"
 "${launch[@]}" --model bundled-llada2 --grid llada2 --problems "$family_problems" --dev-problems 20 \
-  --out docs/results/bundled-llada2
-for out in docs/results/bundled docs/results/bundled-fast-dllm-v2 docs/results/bundled-llada2; do
-  "$python" -m components.benchmarks "$out"
+  --out "$out/bundled-llada2"
+for grid in bundled bundled-fast-dllm-v2 bundled-llada2; do
+  "$python" -m components.benchmarks "$out/$grid"
 done
