@@ -31,7 +31,7 @@ from .acceptance import draft_ratios, residual_energy, residual_mass, verify_dra
 from .blocks import BlockState, Carry, Commits, Draft, StepDecision, Verification, first_masked_span
 from .config import DecodeConfig
 from .decisions import top_k_columns, top_pairs
-from .models.base import BlockDiffusionModel, KVSession, Lookahead
+from .models.base import BlockDiffusionModel, ForwardRecorder, KVSession, Lookahead
 from .policies import (
     RouteContext,
     acceptance_estimate,
@@ -61,8 +61,11 @@ class Decoder:
         config: DecodeConfig,
         should_stop: Callable[[], bool] | None = None,
         on_progress: Callable[[int, int], None] | None = None,
+        new_session: Callable[[ForwardRecorder], KVSession] | None = None,
     ):
         self.model = model
+        # Where the run's forwards go: the model's own session, or one row of a batch (s2d2.batch).
+        self.new_session = new_session or model.new_session
         self.config = config
         self.should_stop = should_stop
         self.on_progress = on_progress
@@ -109,27 +112,16 @@ class Decoder:
             return prompt_length + new, new
         return self.official.positions(prompt_length, B, new)
 
-    def _check_prompt(self, prompt_ids: list[int]) -> None:
-        if not prompt_ids:
-            raise ValueError("the prompt is empty")
-        B = self.config.block_length
-        needed = -(-(len(prompt_ids) + self.config.max_new_tokens) // B) * B
-        if needed > self.model.max_positions:
-            raise ValueError(
-                f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({self.config.max_new_tokens}) "
-                f"needs {needed} positions; this model has {self.model.max_positions}"
-            )
-
     # -- the loop ----------------------------------------------------------
 
     def run(self, prompt_ids: list[int], prompt_text: str = "") -> tr.Trace:
         """Decode after ``prompt_ids`` and return the full trace."""
-        self._check_prompt(prompt_ids)
+        check_prompt(self.model, self.config, prompt_ids)
         cfg, B = self.config, self.config.block_length
         prompt_length = len(prompt_ids)
         total, cap = self._budget(prompt_length)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
-        session = self.model.new_session(self.recorder.forward)
+        session = self.new_session(self.recorder.forward)
 
         start_time = time.perf_counter()
         prefilled = prompt_length // B * B
@@ -555,6 +547,28 @@ def warn_untrained_block_length(model: BlockDiffusionModel, config: DecodeConfig
         )
 
 
+def check_prompt(model: BlockDiffusionModel, config: DecodeConfig, prompt_ids: list[int]) -> None:
+    """Refuse an empty prompt, or one that leaves no room for the whole blocks ``config`` would decode."""
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    B = config.block_length
+    needed = -(-(len(prompt_ids) + config.max_new_tokens) // B) * B
+    if needed > model.max_positions:
+        raise ValueError(
+            f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({config.max_new_tokens}) "
+            f"needs {needed} positions; this model has {model.max_positions}"
+        )
+
+
+def encode_prompt(model: BlockDiffusionModel, prompt: str | list[int]) -> tuple[list[int], str]:
+    """``(prompt ids, prompt text)``: text is wrapped in the chat template; token ids are taken as they are."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("the prompt is empty")
+        return model.chat_prompt(prompt), prompt
+    return list(prompt), ""
+
+
 def generate(
     model: BlockDiffusionModel,
     prompt: str | list[int],
@@ -563,10 +577,4 @@ def generate(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> tr.Trace:
     """Decode ``prompt`` (text, wrapped in the chat template, or token ids) with ``config``."""
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise ValueError("the prompt is empty")
-        prompt_ids, text = model.chat_prompt(prompt), prompt
-    else:
-        prompt_ids, text = list(prompt), ""
-    return Decoder(model, config, should_stop, on_progress).run(prompt_ids, text)
+    return Decoder(model, config, should_stop, on_progress).run(*encode_prompt(model, prompt))

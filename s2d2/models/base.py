@@ -110,6 +110,35 @@ class KVSession:
     block_start: int | None = None  # absolute position of the current block's first token; None: right after the cache
     next_row: torch.Tensor | None = None  # right-shifted families: the row predicting the next block's first token
 
+    def forward(
+        self,
+        model: BlockDiffusionModel,
+        kind: str,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        allowed: torch.Tensor,
+        keep_logits: int,
+    ) -> torch.Tensor:
+        """One call of ``model`` over ``ids`` after this session's cache; ``allowed`` says which of the new
+        positions sees which (the cache is always visible). Returns the last ``keep_logits`` logit rows.
+
+        A batched session (:mod:`s2d2.batch`) answers the same call from one forward over many rows.
+        """
+        mask = masks.additive_mask(allowed, self.stored, model.dtype)
+
+        def call() -> torch.Tensor:
+            out = model.model(
+                input_ids=ids[None],
+                attention_mask=mask,
+                position_ids=positions[None],
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=keep_logits,
+            )
+            return out.logits[0]
+
+        return model.timed_call(self, kind, ids.shape[0], call)
+
     @property
     def cached_in_block(self) -> int:
         """Positions of the current block whose KV is already stored (incremental causal KV)."""
@@ -389,24 +418,11 @@ class BlockDiffusionModel(ABC):
 
         Every family runs through a stock transformers class the same way: an
         explicit additive 4D mask, explicit position ids and the session's
-        ``DynamicCache``. Only the KV of the first ``keep_kv`` inputs is kept:
+        ``DynamicCache`` (:meth:`KVSession.forward`). Only the KV of the first ``keep_kv`` inputs is kept:
         "run without storing" is "run, then crop what this call appended".
         ``keep_kv=None`` leaves everything for :meth:`settle`.
         """
-        mask = masks.additive_mask(allowed, session.stored, self.dtype)
-
-        def call() -> torch.Tensor:
-            out = self.model(
-                input_ids=ids[None],
-                attention_mask=mask,
-                position_ids=positions[None],
-                cache=session.cache,
-                use_cache=True,
-                logits_to_keep=keep_logits,
-            )
-            return out.logits[0]
-
-        logits = self.timed_call(session, kind, ids.shape[0], call)
+        logits = session.forward(self, kind, ids, positions, allowed, keep_logits)
         if keep_kv is not None:
             dropped = ids.shape[0] - keep_kv
             if dropped:

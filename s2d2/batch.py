@@ -1,0 +1,302 @@
+"""Batched decoding: many prompts per forward, each row at its own pace.
+
+Each prompt is decoded by its own :class:`~s2d2.decode.Decoder`, the same
+loop and parts as one prompt at a time, with its own block state, position
+ids, random generator and trace, running in a thread of its own. What is
+batched is the model call: a row's session (:class:`RowSession`) hands every
+forward to a :class:`BatchScheduler`, which waits until each live row has
+asked for one, runs them as one forward over the batch and hands each row its
+logits. So batching is written once, below the decoder, and every method,
+router and family batches alike.
+
+Rows are ragged in every way S2D2 makes them: they feed different numbers of
+tokens (a prefill, a draft, a verification with lookahead), keep or drop
+different KV (a rejection, a discarded lookahead), stop at different steps.
+
+- The KV of all rows lives in one ``DynamicCache``; ``valid`` says which of
+  its slots hold a row's own KV. A row's crop forgets its own newest slots,
+  never another row's, and the padding of a forward belongs to nobody.
+- Each row's attention mask sees its own valid slots and, among the new
+  positions, what its own mask allows; padding sees only itself. Positions are
+  explicit per row, so rotary positions are each row's own.
+- A row that finishes leaves the cache before the next forward (compaction);
+  a queued prompt joins in its place (at most ``batch_size`` rows are live);
+  when dead slots outnumber live ones the cache is packed again.
+
+A row's trace records the forwards it took part in, so its NFE keeps its
+meaning; the batch's own forward count is reported beside it
+(:class:`BatchTraces`). Floating-point results of a batched forward can differ
+from a single row's in the last bits, which can flip a near-tie; otherwise
+row ``i`` decodes exactly as ``generate(model, prompts[i], config.replace(seed=seeds[i]))``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from .config import DecodeConfig
+from .decode import DecodeCancelled, Decoder, check_prompt, encode_prompt
+from .models.base import BlockDiffusionModel, ForwardRecorder, KVSession
+from .trace import Trace
+
+SLACK_SLOTS = 64  # dead slots tolerated beyond the live ones before the cache is packed
+
+
+@dataclass
+class _Request:
+    """One row's forward: its new tokens, their positions, which new position sees which, logits wanted."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    allowed: torch.Tensor
+    keep_logits: int
+
+
+class BatchTraces(list):
+    """The rows' traces in prompt order, with what the batch itself spent."""
+
+    def __init__(self, traces: list[Trace], forwards: int, wall_seconds: float, batch_size: int):
+        super().__init__(traces)
+        self.forwards = forwards  # batched forwards: each one served every live row
+        self.wall_seconds = wall_seconds
+        self.batch_size = batch_size
+
+
+class _RowCache:
+    """The part of the batch's cache one row owns: as much of ``DynamicCache`` as the adapters call."""
+
+    def __init__(self, scheduler: BatchScheduler, row: int):
+        self.scheduler, self.row = scheduler, row
+
+    def crop(self, length: int) -> None:
+        if length >= 0:
+            raise ValueError("a batched row's cache is only ever cropped from its end (a negative length)")
+        self.scheduler.forget(self.row, -length)
+
+
+@dataclass
+class RowSession(KVSession):
+    """A KV session whose forwards are served by a batch."""
+
+    scheduler: BatchScheduler | None = None
+    row: int = -1
+
+    def forward(self, model, kind, ids, positions, allowed, keep_logits) -> torch.Tensor:
+        logits, seconds = self.scheduler.submit(self.row, _Request(ids, positions, allowed, keep_logits))
+        self.record(kind, ids.shape[0], seconds)
+        return logits
+
+
+class BatchScheduler:
+    """Runs the rows' decoders and serves their forwards, one batched forward per round."""
+
+    def __init__(self, model: BlockDiffusionModel):
+        self.model = model
+        self.cache = DynamicCache(config=model.model.config)
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=model.device)  # (cache rows, slots)
+        self.slots: list[int] = []  # the row each cache row holds
+        self.lock = threading.Condition()
+        self.pending: dict[int, _Request] = {}
+        self.results: dict[int, tuple[torch.Tensor, float] | BaseException] = {}
+        self.live: set[int] = set()
+        self.forwards = 0
+
+    # -- the rows' side ---------------------------------------------------
+
+    def new_session(self, row: int) -> Callable[[ForwardRecorder], KVSession]:
+        return lambda record: RowSession(cache=_RowCache(self, row), record=record, scheduler=self, row=row)
+
+    def submit(self, row: int, request: _Request) -> tuple[torch.Tensor, float]:
+        """Wait for the round that serves this row's forward; returns its logits and the forward's seconds."""
+        with self.lock:
+            self.pending[row] = request
+            self.lock.notify_all()
+            self.lock.wait_for(lambda: row in self.results)
+            result = self.results.pop(row)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def forget(self, row: int, count: int) -> None:
+        """Drop a row's newest ``count`` slots (a crop): they stay in the cache, seen by nobody."""
+        with self.lock, torch.inference_mode():
+            index = self.slots.index(row)
+            owned = self.valid[index].nonzero().flatten()
+            self.valid[index, owned[len(owned) - count :]] = False
+
+    # -- the loop ---------------------------------------------------------
+
+    def run(self, jobs: Sequence[Callable[[Callable[[ForwardRecorder], KVSession]], Trace]], batch_size: int):
+        """Run ``jobs`` (each decodes one row, given its session factory) with at most ``batch_size`` live.
+
+        Returns ``(traces, errors)`` by row.
+        """
+        queue, threads = deque(range(len(jobs))), []
+        traces: dict[int, Trace] = {}
+        errors: dict[int, BaseException] = {}
+
+        def row_main(row: int) -> None:
+            try:
+                traces[row] = jobs[row](self.new_session(row))
+            except BaseException as err:  # noqa: BLE001 - handed to the caller, which raises it
+                errors[row] = err
+            finally:
+                with self.lock:
+                    self.live.discard(row)
+                    self.lock.notify_all()
+
+        with self.lock:
+            while True:
+                while queue and len(self.live) < batch_size:
+                    row = queue.popleft()
+                    self._join(row)
+                    self.live.add(row)
+                    threads.append(threading.Thread(target=row_main, args=(row,), daemon=True))
+                    threads[-1].start()
+                self.lock.wait_for(lambda: len(self.pending) == len(self.live))
+                if queue and len(self.live) < batch_size:
+                    continue  # a row left: let the next prompt join this round
+                if not self.live:
+                    break
+                self._round()
+                self.lock.notify_all()
+        for thread in threads:
+            thread.join()
+        return traces, errors
+
+    def _round(self) -> None:
+        """One batched forward for every live row (all of which are waiting for it)."""
+        with torch.inference_mode():
+            self._drop_finished()
+            rows = list(self.slots)
+            requests = [self.pending.pop(row) for row in rows]
+            try:
+                start = time.perf_counter()
+                logits = self._forward(requests)
+                if self.model.device.type == "cuda":
+                    torch.cuda.synchronize(self.model.device)
+                seconds = time.perf_counter() - start
+                for row, rows_logits in zip(rows, logits):
+                    self.results[row] = (rows_logits, seconds)
+            except BaseException as err:  # noqa: BLE001 - every row of the failed forward raises it
+                for row in rows:
+                    self.results[row] = err
+            self.forwards += 1
+            self._pack_if_sparse()
+
+    def _forward(self, requests: list[_Request]) -> list[torch.Tensor]:
+        device, dtype = self.model.device, self.model.dtype
+        lengths = [r.ids.shape[0] for r in requests]
+        n, width, cached = len(requests), max(lengths), self.valid.shape[1]
+        ids = torch.zeros(n, width, dtype=torch.long, device=device)
+        positions = torch.zeros(n, width, dtype=torch.long, device=device)
+        sees_new = torch.eye(width, dtype=torch.bool, device=device).repeat(n, 1, 1)  # padding sees itself
+        for b, (r, length) in enumerate(zip(requests, lengths)):
+            ids[b, :length] = r.ids
+            positions[b, :length] = r.positions
+            sees_new[b, :length, :length] = r.allowed
+        sees = torch.cat([self.valid[:, None, :].expand(n, width, cached), sees_new], dim=2)
+        mask = torch.zeros(n, 1, width, cached + width, dtype=dtype, device=device)
+        mask.masked_fill_(~sees[:, None], torch.finfo(dtype).min)
+        # Logits from the first position any row wants to the end of the widest row.
+        wanted = [length - (r.keep_logits or length) for r, length in zip(requests, lengths)]
+        first = min(wanted)
+        out = self.model.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=width - first,
+        )
+        fed = torch.arange(width, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+        self.valid = torch.cat([self.valid, fed], dim=1)
+        return [out.logits[b, w - first : length - first] for b, (w, length) in enumerate(zip(wanted, lengths))]
+
+    # -- the cache's rows and slots -----------------------------------------
+
+    def _layers(self) -> list:
+        return [
+            layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4
+        ]
+
+    def _join(self, row: int) -> None:
+        """A new row: a cache row with no slots of its own."""
+        with torch.inference_mode():
+            self.slots.append(row)
+            self.valid = torch.cat([self.valid, self.valid.new_zeros(1, self.valid.shape[1])])
+            for layer in self._layers():
+                layer.keys = torch.cat([layer.keys, layer.keys.new_zeros(1, *layer.keys.shape[1:])])
+                layer.values = torch.cat([layer.values, layer.values.new_zeros(1, *layer.values.shape[1:])])
+
+    def _drop_finished(self) -> None:
+        """Rows whose decode ended leave the cache, so they cost the next forwards nothing."""
+        keep = [i for i, row in enumerate(self.slots) if row in self.live]
+        if len(keep) == len(self.slots):
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.valid.device)
+        self.slots = [self.slots[i] for i in keep]
+        self.valid = self.valid[index]
+        for layer in self._layers():
+            layer.keys, layer.values = layer.keys[index], layer.values[index]
+
+    def _pack_if_sparse(self) -> None:
+        """Move every row's valid slots to the front when dead slots dominate (attention reads them all)."""
+        counts = self.valid.sum(dim=1)
+        longest = int(counts.max()) if len(counts) else 0
+        if self.valid.shape[1] <= 2 * longest + SLACK_SLOTS:
+            return
+        order = torch.sort((~self.valid).to(torch.uint8), dim=1, stable=True).indices[:, :longest]
+        for layer in self._layers():
+            index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+        self.valid = torch.arange(longest, device=self.valid.device)[None] < counts[:, None]
+
+
+def generate_batch(
+    model: BlockDiffusionModel,
+    prompts: Sequence[str | list[int]],
+    config: DecodeConfig,
+    seeds: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> BatchTraces:
+    """Decode every prompt with ``config``, many rows per forward; returns one trace per prompt, in order.
+
+    Row ``i`` uses ``config.replace(seed=seeds[i])`` (every row ``config.seed``
+    without ``seeds``). At most ``batch_size`` rows decode at once (all of them
+    by default); a finished row's place goes to the next prompt. Every prompt
+    is checked before any forward runs.
+    """
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to decode")
+    seeds = [config.seed] * len(prompts) if seeds is None else list(seeds)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    size = len(prompts) if batch_size is None else int(batch_size)
+    if size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    encoded = [encode_prompt(model, prompt) for prompt in prompts]
+    for ids, _ in encoded:
+        check_prompt(model, config, ids)
+    configs = [config.replace(seed=int(seed)) for seed in seeds]
+
+    def job(row: int) -> Callable[[Callable[[ForwardRecorder], KVSession]], Trace]:
+        return lambda new_session: Decoder(model, configs[row], should_stop, new_session=new_session).run(*encoded[row])
+
+    scheduler = BatchScheduler(model)
+    start = time.perf_counter()
+    traces, errors = scheduler.run([job(row) for row in range(len(prompts))], size)
+    wall = time.perf_counter() - start
+    if errors:
+        cancelled = [err for err in errors.values() if isinstance(err, DecodeCancelled)]
+        raise cancelled[0] if cancelled else errors[min(errors)]
+    return BatchTraces([traces[row] for row in range(len(prompts))], scheduler.forwards, wall, size)
