@@ -300,3 +300,35 @@ def generate_batch(
         cancelled = [err for err in errors.values() if isinstance(err, DecodeCancelled)]
         raise cancelled[0] if cancelled else errors[min(errors)]
     return BatchTraces([traces[row] for row in range(len(prompts))], scheduler.forwards, wall, size)
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes free for a batch on ``device``: the accelerator's free memory, or the host's available RAM."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import os
+
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def auto_batch_size(model: BlockDiffusionModel, config: DecodeConfig, positions: int, limit: int = 64) -> int:
+    """The largest power of two up to ``limit`` whose rows fit in half of the free memory.
+
+    A row holds the KV of ``positions`` positions (twice over, for the dead
+    slots tolerated before the cache is packed), the float32 logits and
+    probabilities of a verification with lookahead (three blocks of rows) and
+    that forward's widest activations.
+    """
+    c = model.model.config
+    heads = c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    itemsize = torch.finfo(model.dtype).bits // 8
+    kv = 2 * c.num_hidden_layers * getattr(c, "num_key_value_heads", heads) * head_dim * itemsize * 2 * positions
+    width = 3 * config.block_length
+    logits = 2 * width * model.vocab_size * 4
+    activations = 4 * width * max(c.hidden_size, getattr(c, "intermediate_size", 0) or 0) * itemsize
+    fits = available_memory(model.device) // 2 // (kv + logits + activations)
+    size = 1
+    while size * 2 <= min(limit, fits):
+        size *= 2
+    return size

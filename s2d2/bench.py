@@ -41,6 +41,7 @@ from .config import DecodeConfig, config_from_settings, preset_config
 from .evaluate import (
     ProblemResult,
     heldout_problems,
+    run_batch,
     run_problem,
     summarize_method,
     warm_up,
@@ -244,16 +245,29 @@ def parallel_state():
 
 
 def run_shard(
-    model, grid: dict[str, DecodeConfig], problems, rank: int, world: int, repeats: int, progress, energy=False
+    model,
+    grid: dict[str, DecodeConfig],
+    problems,
+    rank: int,
+    world: int,
+    repeats: int,
+    progress,
+    energy=False,
+    batch_size: int = 1,
 ) -> list[ProblemResult]:
-    """This process's share: every ``world``-th problem, all methods (``energy``: score each output's AR energy)."""
+    """This process's share: every ``world``-th problem, all methods (``energy``: score each output's AR
+    energy; ``batch_size`` > 1: that many problems per forward)."""
     mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
     results = []
     for name, config in grid.items():
         warm_up(model, config, problems[0])
+        if batch_size > 1:
+            results += run_batch(model, name, config, mine, batch_size, repeats, energy)
+            progress(len(mine))
+            continue
         for index, problem in mine:
             results.append(run_problem(model, name, config, problem, index, repeats, energy))
-            progress()
+            progress(1)
     return results
 
 
@@ -400,7 +414,7 @@ def run_on_development_split(model, args, candidates, family_names, test, out: P
     rank, world, _ = parallel
     dev = development_problems(args.dev_problems, family_names, test)
     bar = progress_bar(len(candidates) * len(range(rank, len(dev), world)), f"{tag}[{rank}/{world}]", position=rank)
-    results = run_shard(model, candidates, dev, rank, world, 1, lambda: bar.update(1))
+    results = run_shard(model, candidates, dev, rank, world, 1, bar.update, batch_size=args.batch_size)
     bar.close()
     return summarize(candidates, exchange(results, out / "shards", tag, parallel))
 
@@ -493,7 +507,16 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--dev-problems", type=int, default=100, help="development problems per family for --tune and --tune-dynamic"
     )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        help="problems decoded per forward (s2d2.generate_batch); each charged the batch's wall time over its "
+        "problems. 1: one at a time",
+    )
     args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
 
     rank, world, barrier = parallel_state()
     device = args.device or (f"cuda:{rank}" if torch.cuda.is_available() else "cpu")
@@ -519,7 +542,9 @@ def main(argv=None) -> None:
 
     total = len(grid) * len(range(rank, len(problems), world))
     bar = progress_bar(total, f"bench[{rank}/{world}]", position=rank)
-    results = run_shard(model, grid, problems, rank, world, args.repeats, lambda: bar.update(1), energy=True)
+    results = run_shard(
+        model, grid, problems, rank, world, args.repeats, bar.update, energy=True, batch_size=args.batch_size
+    )
     bar.close()
     merged = exchange(results, shards, "rank", (rank, world, barrier))
     if rank != 0:
@@ -535,6 +560,7 @@ def main(argv=None) -> None:
         "machine": f"{platform.machine()} {platform.processor()}".strip(),
         "torch": torch.__version__,
         "repeats": args.repeats,
+        "batch_size": args.batch_size,
         "seconds": round(time.time() - start, 1),
         "command": "python -m s2d2.bench " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "dynamic_best_tau": {str(B): name for B, name in dynamic_choice.items()},

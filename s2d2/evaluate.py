@@ -14,6 +14,7 @@ import argparse
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from .batch import generate_batch
 from .config import DecodeConfig, VerifyConfig, preset_config
 from .decode import generate
 from .likelihood import ar_logprobs
@@ -75,20 +76,53 @@ def run_problem(
     inspector's top-k is not recorded (``trace_top_k`` = 0): outputs are the
     same, and what recording costs stays out of the wall times.
     """
-    family = families()[problem.family]
-    # Nobody reads a benchmark run's per-position top-k, and recording it would be timed with the decode.
-    config = config.replace(seed=index, trace_top_k=0)
+    config = bench_config(config).replace(seed=index)
     traces = [generate(model, problem.prompt, config) for _ in range(repeats)]
-    trace = traces[0]
+    wall = statistics.median(t.summary.wall_seconds for t in traces)
+    return scored(model, name, problem, index, traces[0], wall, energy)
+
+
+def run_batch(
+    model: BlockDiffusionModel,
+    name: str,
+    config: DecodeConfig,
+    problems: list[tuple[int, Problem]],
+    batch_size: int,
+    repeats: int = 1,
+    energy: bool = False,
+) -> list[ProblemResult]:
+    """Decode ``(index, problem)`` pairs many per forward (:func:`s2d2.batch.generate_batch`), each with
+    the seed of its index, and score them: the same outputs as :func:`run_problem` one at a time.
+
+    A row's own wall time is its time in a shared batch, so each problem is
+    charged the batch's wall time over its problems (the median over
+    ``repeats`` batches): what a problem costs when decoded this way.
+    """
+    config = bench_config(config)
+    prompts, seeds = [p.prompt for _, p in problems], [i for i, _ in problems]
+    batches = [generate_batch(model, prompts, config, seeds=seeds, batch_size=batch_size) for _ in range(repeats)]
+    wall = statistics.median(b.wall_seconds for b in batches) / len(problems)
+    return [scored(model, name, p, i, trace, wall, energy) for (i, p), trace in zip(problems, batches[0])]
+
+
+def bench_config(config: DecodeConfig) -> DecodeConfig:
+    """Nobody reads a benchmark run's per-position top-k, and recording it would be timed with the decode."""
+    return config.replace(trace_top_k=0)
+
+
+def scored(
+    model: BlockDiffusionModel, name: str, problem: Problem, index: int, trace: Trace, wall: float, energy: bool
+) -> ProblemResult:
+    """One decoded problem's row: correctness by the family's exact scorer, cost, verifier counts."""
     s = trace.summary
     return ProblemResult(
         method=name,
         family=problem.family,
         index=index,
-        correct=family.score(problem, trace.text),
+        correct=families()[problem.family].score(problem, trace.text),
         tokens=s.generated_tokens,
         nfe=s.nfe,
-        wall_seconds=statistics.median(t.summary.wall_seconds for t in traces),
+        wall_seconds=wall,
         verifications=s.verifications,
         verifications_skipped=s.verifications_skipped,
         drafts_verified=s.drafts_verified,
@@ -198,11 +232,21 @@ def warm_up(model: BlockDiffusionModel, config: DecodeConfig, problem: Problem) 
 
 
 def evaluate(
-    model: BlockDiffusionModel, methods: dict[str, DecodeConfig], problems: list[Problem], progress=None
+    model: BlockDiffusionModel,
+    methods: dict[str, DecodeConfig],
+    problems: list[Problem],
+    progress=None,
+    batch_size: int = 1,
 ) -> dict[str, list[ProblemResult]]:
+    """Every method on every problem; ``batch_size`` > 1 decodes that many problems per forward."""
     results = {}
     for name, config in methods.items():
         warm_up(model, config, problems[0])
+        if batch_size > 1:
+            results[name] = run_batch(model, name, config, list(enumerate(problems)), batch_size)
+            if progress:
+                progress(name, len(problems), len(problems))
+            continue
         results[name] = []
         for index, problem in enumerate(problems):
             results[name].append(run_problem(model, name, config, problem, index))
@@ -235,7 +279,12 @@ def main(argv=None) -> None:
     parser.add_argument("--families", default=",".join(families()))
     parser.add_argument("--methods", default="", help="comma-separated subset of the method names (default: all)")
     parser.add_argument("--device", default=None)
+    parser.add_argument(
+        "--batch-size", type=int, default=1, help="problems decoded per forward (s2d2.generate_batch); 1: one at a time"
+    )
     args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     model = load_model(args.model, device=args.device)
     names = args.families.split(",")
     problems = heldout_problems(args.problems, names)
@@ -243,7 +292,13 @@ def main(argv=None) -> None:
     if args.methods:
         methods = {k: v for k, v in methods.items() if k in args.methods.split(",")}
     bar = progress_bar(len(methods) * len(problems), "evaluate")
-    results = evaluate(model, methods, problems, progress=lambda *a: bar.update(1))
+    done = {}
+
+    def advance(name: str, finished: int, total: int) -> None:
+        bar.update(finished - done.get(name, 0))
+        done[name] = finished
+
+    results = evaluate(model, methods, problems, progress=advance, batch_size=args.batch_size)
     bar.close()
     print(markdown_table([summarize_method(name, r) for name, r in results.items()], names))
 

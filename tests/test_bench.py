@@ -59,11 +59,19 @@ def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_
     assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["rank0.json", "rank1.json"]
     assert [m["method"] for m in sharded["methods"]] == [m["method"] for m in alone["methods"]]
 
-    def per_problem(folder):
-        keep = ("method", "family", "index", "correct", "tokens", "nfe", "output")
-        return sorted(tuple(r[k] for k in keep) for r in csv.DictReader((folder / "runs.csv").open()))
-
     assert per_problem(tmp_path) == per_problem(single)
+
+
+def per_problem(folder: Path) -> list[tuple]:
+    keep = ("method", "family", "index", "correct", "tokens", "nfe", "output", "tokens_fed")
+    return sorted(tuple(r[k] for k in keep) for r in csv.DictReader((folder / "runs.csv").open()))
+
+
+def test_batched_run_decodes_every_problem_as_one_at_a_time(single, tiny_path, tmp_path):
+    """--batch-size 4: the same outputs and forwards per problem; the batch is recorded in the meta."""
+    bench.main(["--model", tiny_path, *ARGS, "--batch-size", "4", "--out", str(tmp_path)])
+    assert per_problem(tmp_path) == per_problem(single)
+    assert load_summary(tmp_path / "summary.json")["meta"]["batch_size"] == 4
 
 
 def test_engine_never_imports_gradio_or_plotly():

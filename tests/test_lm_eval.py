@@ -62,6 +62,29 @@ def test_cli_accuracy_and_nfe_equal_s2d2_evaluate_on_the_same_problems(one_proce
     assert [s["exact_match"] for s in samples] == [float(r.correct) for r in reference]
 
 
+def test_batched_run_gives_the_same_samples_and_metrics(one_process, tmp_path):
+    """--batch_size 8: every sample's output and decode statistics equal the one-at-a-time run's."""
+    command = [sys.executable, "-m", "s2d2.lm_eval", *CLI_ARGS, "--batch_size", "8", "--output_path", str(tmp_path)]
+    subprocess.run(command, check=True, env=OFFLINE, cwd=ROOT, capture_output=True, timeout=300)
+    (results, samples), (alone, alone_samples) = read_run(tmp_path), one_process
+    assert results["exact_match,none"] == alone["exact_match,none"]
+    assert results["s2d2_nfe,none"] == alone["s2d2_nfe,none"]
+    assert [s["filtered_resps"] for s in samples] == [s["filtered_resps"] for s in alone_samples]
+    assert [s["s2d2_nfe"] for s in samples] == [s["s2d2_nfe"] for s in alone_samples]
+
+
+def test_batch_size_auto_and_bad_values():
+    lm = S2D2LM(device="cpu", method="s2d2", batch_size="auto:4", max_batch_size=4)
+    assert lm.batch_size == "auto"
+    prompt = lm.apply_chat_template([{"role": "user", "content": heldout_problems(1, ["arith"])[0].prompt}])
+    asked = [request("generate_until", (prompt, {"until": [], "max_gen_toks": 24}), i) for i in range(3)]
+    batched = lm.generate_until(asked)
+    assert batched == S2D2LM(device="cpu", method="s2d2").generate_until(asked)
+    for bad in ("0", "many", -2):
+        with pytest.raises(ValueError, match="batch_size"):
+            S2D2LM(device="cpu", batch_size=bad)
+
+
 def test_two_process_accelerate_run_gives_the_same_results(one_process, tmp_path):
     launch_two_processes(["s2d2.lm_eval", *CLI_ARGS, "--output_path", str(tmp_path)], OFFLINE)
     (alone, alone_samples), (sharded, sharded_samples) = one_process, read_run(tmp_path)

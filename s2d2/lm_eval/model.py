@@ -11,7 +11,9 @@
   here without touching this file;
 - ``device``, ``dtype`` (``float32``, ``bfloat16``, ``float16``, ``auto``), ``device_map``.
 
-``generate_until`` runs :func:`s2d2.generate` on the prompt's token ids; the
+``generate_until`` runs :func:`s2d2.generate` on the prompt's token ids
+(:func:`s2d2.generate_batch` with ``batch_size`` > 1 or ``auto``: the same
+outputs, many per forward); the
 prompt is the text lm-eval hands over, which already holds the chat template
 when ``--apply_chat_template`` is given (lm-eval calls :meth:`apply_chat_template`
 itself) and is raw otherwise. ``loglikelihood`` and ``loglikelihood_rolling``
@@ -33,7 +35,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, load_model
+from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, generate_batch, load_model
+from ..batch import auto_batch_size
 from ..likelihood import Scored, ar_logprobs
 from ..settings import BY_NAME
 
@@ -54,6 +57,22 @@ def decode_settings(raw: dict, where: str) -> dict:
             f"dtype, device_map and the decoding settings {', '.join(sorted(BY_NAME))}"
         )
     return {name: BY_NAME[name].coerce(value) for name, value in raw.items()}
+
+
+def parse_batch_size(value: int | str | None) -> int | str:
+    """lm-eval's ``batch_size``: a positive number, or ``auto`` (``auto:N`` too, as lm-eval spells it)."""
+    if value is None:
+        return 1
+    text = str(value).strip().lower()
+    if text.startswith("auto"):
+        return "auto"
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ValueError(f"batch_size must be a positive number or 'auto', got {value!r}")
+    return size
 
 
 def cut_at_stops(text: str, until: list[str]) -> str:
@@ -95,14 +114,15 @@ class S2D2LM(TemplateLM):
         trust_remote_code: bool | None = None,
         **settings,
     ):
-        """``batch_size``/``max_batch_size`` are accepted because lm-eval always passes them: a
-        speculative decode is a sequential loop, so requests run one at a time. ``trust_remote_code``
+        """``batch_size``: generation requests decoded per forward (:func:`s2d2.generate_batch`); ``auto``
+        picks the largest power of two whose rows fit in half the free memory (at most ``max_batch_size``,
+        default 64). Log-likelihood requests are one forward each and run one at a time. ``trust_remote_code``
         is accepted because lm-eval adds it for ``--trust_remote_code``; the adapters never run remote code."""
         super().__init__()
         from accelerate import PartialState
 
-        if batch_size not in (None, 1, "1"):
-            log.warning("s2d2 runs requests one at a time; batch_size=%s is ignored", batch_size)
+        self.batch_size = parse_batch_size(batch_size)
+        self.max_batch_size = int(max_batch_size or 64)
         self.preset = None if preset in (None, "", "none") else str(preset)
         self.settings = decode_settings(settings, "model_args")
         self.config = config_from_settings(self.preset, **self.settings)
@@ -203,20 +223,68 @@ class S2D2LM(TemplateLM):
         self.decode_stats.clear()
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        return self._each("generate_until", requests, disable_tqdm, self._generate)
+        if self.batch_size == 1:
+            return self._each("generate_until", requests, disable_tqdm, self._generate)
+        return self._generate_batched(requests, disable_tqdm)
 
     def _generate(self, request, repeat: int) -> str:
-        context, gen_kwargs = request.args
-        config, until = self._request_config(dict(gen_kwargs or {}))
-        config = config.replace(seed=config.seed + (request.doc_id or 0) + repeat * REPEAT_SEED_STRIDE)
-        prompt = self._prompt_ids(context, config)
-        if not self._warmed_up:
-            # One untimed decode first, as s2d2.evaluate does: lazy initialisation must not land in wall_seconds.
-            generate(self.model, prompt, config)
-            self._warmed_up = True
+        config, until, prompt = self._prepare(request, repeat)
+        self._warm_up(prompt, config)
         trace = generate(self.model, prompt, config)
         self._record(request, summary_stats(trace.summary))
         return cut_at_stops(trace.text, until)
+
+    def _prepare(self, request, repeat: int) -> tuple[DecodeConfig, list[str], list[int]]:
+        """A generation request's decode settings (seeded by its document and repeat), stop strings and prompt."""
+        context, gen_kwargs = request.args
+        config, until = self._request_config(dict(gen_kwargs or {}))
+        config = config.replace(seed=config.seed + (request.doc_id or 0) + repeat * REPEAT_SEED_STRIDE)
+        return config, until, self._prompt_ids(context, config)
+
+    def _warm_up(self, prompt: list[int], config: DecodeConfig) -> None:
+        """One untimed decode first, as s2d2.evaluate does: lazy initialisation must not land in wall_seconds."""
+        if not self._warmed_up:
+            generate(self.model, prompt, config)
+            self._warmed_up = True
+
+    def _generate_batched(self, requests, disable_tqdm: bool) -> list[str]:
+        """As :meth:`_each` with :meth:`_generate`, the decodes many per forward: requests that share
+        their settings (all but the seed) form one :func:`s2d2.generate_batch`, whose rows equal the
+        one-at-a-time decodes. A copy past a request's ``repeats`` is padding and gets its response."""
+        seen: Counter = Counter()
+        jobs, padding = [], []
+        for position, request in enumerate(requests):
+            repeat = seen[id(request)]
+            seen[id(request)] += 1
+            if repeat >= (request.repeats or 1) and repeat > 0:
+                padding.append((position, id(request)))
+            else:
+                jobs.append((position, request, *self._prepare(request, repeat)))
+        groups: dict[DecodeConfig, list[tuple]] = defaultdict(list)
+        for job in jobs:
+            groups[job[2].replace(seed=0)].append(job)
+        results: list[str | None] = [None] * len(requests)
+        latest: dict[int, str] = {}
+        bar = tqdm(total=len(jobs), desc="s2d2 generate_until", disable=disable_tqdm or self.rank != 0)
+        for config, members in groups.items():
+            prompts = [prompt for *_, prompt in members]
+            self._warm_up(prompts[0], members[0][2])
+            size = self.batch_size
+            if size == "auto":
+                span = max(map(len, prompts)) + config.max_new_tokens
+                size = auto_batch_size(self.model, config, span, self.max_batch_size)
+                log.info("s2d2: batch size %d for %d requests", size, len(members))
+            seeds = [job[2].seed for job in members]
+            traces = generate_batch(self.model, prompts, config, seeds=seeds, batch_size=size)
+            for (position, request, _, until, _), trace in zip(members, traces):
+                self._record(request, summary_stats(trace.summary))
+                results[position] = latest[id(request)] = cut_at_stops(trace.text, until)
+                self.cache_hook.add_partial("generate_until", request.args, results[position])
+            bar.update(len(members))
+        bar.close()
+        for position, key in padding:
+            results[position] = latest[key]
+        return results
 
     def _request_config(self, gen_kwargs: dict) -> tuple[DecodeConfig, list[str]]:
         """The decode of one request: ``model_args`` with the task's generation kwargs on top.
