@@ -62,9 +62,10 @@ class _Request:
 class BatchTraces(list):
     """The rows' traces in prompt order, with what the batch itself spent."""
 
-    def __init__(self, traces: list[Trace], forwards: int, wall_seconds: float, batch_size: int):
+    def __init__(self, traces: list[Trace], forwards: int, tokens: int, wall_seconds: float, batch_size: int):
         super().__init__(traces)
         self.forwards = forwards  # batched forwards: each one served every live row
+        self.tokens = tokens  # token positions those forwards computed, padding included
         self.wall_seconds = wall_seconds
         self.batch_size = batch_size
 
@@ -107,6 +108,7 @@ class BatchScheduler:
         self.results: dict[int, tuple[torch.Tensor, float] | BaseException] = {}
         self.live: set[int] = set()
         self.forwards = 0
+        self.tokens = 0  # positions computed, padding included: a batched forward costs rows × widest row
 
     # -- the rows' side ---------------------------------------------------
 
@@ -195,6 +197,7 @@ class BatchScheduler:
         device, dtype = self.model.device, self.model.dtype
         lengths = [r.ids.shape[0] for r in requests]
         n, width, cached = len(requests), max(lengths), self.valid.shape[1]
+        self.tokens += n * width
         ids = torch.zeros(n, width, dtype=torch.long, device=device)
         positions = torch.zeros(n, width, dtype=torch.long, device=device)
         sees_new = torch.eye(width, dtype=torch.bool, device=device).repeat(n, 1, 1)  # padding sees itself
@@ -299,7 +302,8 @@ def generate_batch(
     if errors:
         cancelled = [err for err in errors.values() if isinstance(err, DecodeCancelled)]
         raise cancelled[0] if cancelled else errors[min(errors)]
-    return BatchTraces([traces[row] for row in range(len(prompts))], scheduler.forwards, wall, size)
+    ordered = [traces[row] for row in range(len(prompts))]
+    return BatchTraces(ordered, scheduler.forwards, scheduler.tokens, wall, size)
 
 
 def available_memory(device: torch.device) -> int:
