@@ -103,9 +103,13 @@ class BatchScheduler:
         self.cache = DynamicCache(config=model.model.config)
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=model.device)  # (cache rows, slots)
         self.slots: list[int] = []  # the row each cache row holds
-        self.lock = threading.Condition()
+        # One lock over the rows' requests and the cache; the scheduler waits on ``all_asked``, each row on
+        # its own event, so a round wakes every row once (not every row at every other row's request).
+        self.lock = threading.Lock()
+        self.all_asked = threading.Condition(self.lock)
         self.pending: dict[int, _Request] = {}
         self.results: dict[int, tuple[torch.Tensor, float] | BaseException] = {}
+        self.served: dict[int, threading.Event] = {}
         self.live: set[int] = set()
         self.forwards = 0
         self.tokens = 0  # positions computed, padding included: a batched forward costs rows × widest row
@@ -117,14 +121,21 @@ class BatchScheduler:
 
     def submit(self, row: int, request: _Request) -> tuple[torch.Tensor, float]:
         """Wait for the round that serves this row's forward; returns its logits and the forward's seconds."""
+        served = self.served[row]
         with self.lock:
             self.pending[row] = request
-            self.lock.notify_all()
-            self.lock.wait_for(lambda: row in self.results)
+            self._wake_if_all_asked()
+        served.wait()
+        served.clear()
+        with self.lock:
             result = self.results.pop(row)
         if isinstance(result, BaseException):
             raise result
         return result
+
+    def _wake_if_all_asked(self) -> None:
+        if len(self.pending) == len(self.live):
+            self.all_asked.notify()
 
     def forget(self, row: int, count: int) -> None:
         """Drop a row's newest ``count`` slots (a crop): they stay in the cache, seen by nobody."""
@@ -152,7 +163,7 @@ class BatchScheduler:
             finally:
                 with self.lock:
                     self.live.discard(row)
-                    self.lock.notify_all()
+                    self._wake_if_all_asked()
 
         with self.lock:
             while True:
@@ -160,21 +171,22 @@ class BatchScheduler:
                     row = queue.popleft()
                     self._join(row)
                     self.live.add(row)
+                    self.served[row] = threading.Event()
                     threads.append(threading.Thread(target=row_main, args=(row,), daemon=True))
                     threads[-1].start()
-                self.lock.wait_for(lambda: len(self.pending) == len(self.live))
+                self.all_asked.wait_for(lambda: len(self.pending) == len(self.live))
                 if queue and len(self.live) < batch_size:
                     continue  # a row left: let the next prompt join this round
                 if not self.live:
                     break
-                self._round()
-                self.lock.notify_all()
+                for row in self._round():
+                    self.served[row].set()
         for thread in threads:
             thread.join()
         return traces, errors
 
-    def _round(self) -> None:
-        """One batched forward for every live row (all of which are waiting for it)."""
+    def _round(self) -> list[int]:
+        """One batched forward for every live row (all of which are waiting for it); returns the rows served."""
         with torch.inference_mode():
             self._drop_finished()
             rows = list(self.slots)
@@ -192,6 +204,7 @@ class BatchScheduler:
                     self.results[row] = err
             self.forwards += 1
             self._pack_if_sparse()
+        return rows
 
     def _forward(self, requests: list[_Request]) -> list[torch.Tensor]:
         device, dtype = self.model.device, self.model.dtype
