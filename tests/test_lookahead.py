@@ -31,15 +31,10 @@ def run(model, prompt, config, incremental: bool | None = None):
         sessions.append(original(record))
         return sessions[-1]
 
-    decoder = Decoder(model, config)
+    decoder = Decoder(model, config, new_session=keep)
     if incremental is not None:
         decoder.incremental = incremental
-    model.new_session = keep
-    try:
-        trace = decoder.run(prompt)
-    finally:
-        model.new_session = original
-    return trace, sessions[0]
+    return decoder.run(prompt), sessions[0]
 
 
 def causal_kv(model, ids: list[int]) -> list[torch.Tensor]:
