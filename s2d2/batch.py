@@ -165,9 +165,17 @@ class BatchScheduler:
                     self.live.discard(row)
                     self._wake_if_all_asked()
 
+        # Prompts join a few at a time: a joining row's prefill pads the whole round to its width, so
+        # letting a quarter of the batch free up first shares that cost among several joiners.
+        refill = max(1, batch_size // 4)
+
+        def may_join() -> bool:
+            return bool(queue) and (batch_size - len(self.live) >= min(refill, len(queue)) or not self.live)
+
         with self.lock:
             while True:
-                while queue and len(self.live) < batch_size:
+                joining = may_join()
+                while joining and queue and len(self.live) < batch_size:
                     row = queue.popleft()
                     self._join(row)
                     self.live.add(row)
@@ -175,8 +183,8 @@ class BatchScheduler:
                     threads.append(threading.Thread(target=row_main, args=(row,), daemon=True))
                     threads[-1].start()
                 self.all_asked.wait_for(lambda: len(self.pending) == len(self.live))
-                if queue and len(self.live) < batch_size:
-                    continue  # a row left: let the next prompt join this round
+                if may_join():
+                    continue  # rows left: let the next prompts join this round
                 if not self.live:
                     break
                 for row in self._round():
