@@ -20,7 +20,8 @@ different KV (a rejection, a discarded lookahead), stop at different steps.
   positions, what its own mask allows; padding sees only itself. Positions are
   explicit per row, so rotary positions are each row's own.
 - A row that finishes leaves the cache before the next forward (compaction);
-  a queued prompt joins in its place (at most ``batch_size`` rows are live);
+  queued prompts join as places free up (at most ``batch_size`` rows live,
+  a quarter of the batch joining at a time);
   when dead slots outnumber live ones the cache is packed again.
 
 A row's trace records the forwards it took part in, so its NFE keeps its
@@ -32,6 +33,7 @@ row ``i`` decodes exactly as ``generate(model, prompts[i], config.replace(seed=s
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -331,8 +333,6 @@ def available_memory(device: torch.device) -> int:
     """Bytes free for a batch on ``device``: the accelerator's free memory, or the host's available RAM."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    import os
-
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
