@@ -40,6 +40,7 @@ import torch
 from .config import DecodeConfig, config_from_settings, preset_config
 from .evaluate import (
     ProblemResult,
+    add_batch_size_argument,
     heldout_problems,
     run_batch,
     run_problem,
@@ -507,16 +508,8 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--dev-problems", type=int, default=100, help="development problems per family for --tune and --tune-dynamic"
     )
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=1,
-        help="problems decoded per forward (s2d2.generate_batch); each charged the batch's wall time over its "
-        "problems. 1: one at a time",
-    )
+    add_batch_size_argument(parser)
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
 
     rank, world, barrier = parallel_state()
     device = args.device or (f"cuda:{rank}" if torch.cuda.is_available() else "cpu")

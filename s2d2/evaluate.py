@@ -226,6 +226,24 @@ def heldout_problems(n: int, family_names: list[str] | None = None, seed: int = 
     return [p for name in names for p in table[name].problems("heldout", n, seed)]
 
 
+def batch_size(text: str) -> int:
+    """``--batch-size``: problems decoded per forward, at least 1."""
+    size = int(text)
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {size}")
+    return size
+
+
+def add_batch_size_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--batch-size",
+        type=batch_size,
+        default=1,
+        help="problems decoded per forward (s2d2.generate_batch), each charged the batch's wall time over its "
+        "problems; 1: one at a time",
+    )
+
+
 def warm_up(model: BlockDiffusionModel, config: DecodeConfig, problem: Problem) -> None:
     """One untimed decode so lazy initialisation never lands in a measurement."""
     generate(model, problem.prompt, config)
@@ -279,12 +297,8 @@ def main(argv=None) -> None:
     parser.add_argument("--families", default=",".join(families()))
     parser.add_argument("--methods", default="", help="comma-separated subset of the method names (default: all)")
     parser.add_argument("--device", default=None)
-    parser.add_argument(
-        "--batch-size", type=int, default=1, help="problems decoded per forward (s2d2.generate_batch); 1: one at a time"
-    )
+    add_batch_size_argument(parser)
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     model = load_model(args.model, device=args.device)
     names = args.families.split(",")
     problems = heldout_problems(args.problems, names)

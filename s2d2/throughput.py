@@ -54,7 +54,7 @@ def interleaved_problems(n: int) -> list:
     """``n`` held-out problems taking the task families in turn, so every batch mixes short and long answers."""
     names = list(families())
     per_family = -(-n // len(names))
-    by_family = [[p for p in heldout_problems(per_family, [name])] for name in names]
+    by_family = [heldout_problems(per_family, [name]) for name in names]
     return [group[i] for i in range(per_family) for group in by_family][:n]
 
 

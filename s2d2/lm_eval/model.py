@@ -75,6 +75,32 @@ def parse_batch_size(value: int | str | None) -> int | str:
     return size
 
 
+def plan_requests(requests) -> tuple[list[tuple], list[tuple[int, int]]]:
+    """``(jobs, padding)``: ``(position, request, repeat)`` for every copy to compute, and
+    ``(position, id(request))`` for the rest.
+
+    lm-eval sends a request object ``repeats`` times and, with several processes, pads a
+    rank's list with more copies of its last one; a copy past ``repeats`` is padding and
+    gets the response already computed, so it neither costs a decode nor counts in the metrics."""
+    seen: Counter = Counter()
+    jobs, padding = [], []
+    for position, request in enumerate(requests):
+        repeat = seen[id(request)]
+        seen[id(request)] += 1
+        if repeat >= (request.repeats or 1) and repeat > 0:
+            padding.append((position, id(request)))
+        else:
+            jobs.append((position, request, repeat))
+    return jobs, padding
+
+
+def fill_padding(results: list, padding: list[tuple[int, int]], latest: dict[int, object]) -> list:
+    """Give each padding copy the latest response computed for its request."""
+    for position, key in padding:
+        results[position] = latest[key]
+    return results
+
+
 def cut_at_stops(text: str, until: list[str]) -> str:
     """``text`` up to the earliest occurrence of any stop string."""
     cut = len(text)
@@ -196,24 +222,15 @@ class S2D2LM(TemplateLM):
     # -- requests ----------------------------------------------------------
 
     def _each(self, kind: str, requests, disable_tqdm: bool, compute) -> list:
-        """``compute(request, repeat)`` for every request lm-eval sends, in order.
-
-        lm-eval sends a request object ``repeats`` times and, with several processes, pads a
-        rank's list with more copies of its last one; a copy past ``repeats`` is padding and
-        gets the response already computed, so it neither costs a decode nor counts in the metrics."""
-        seen: Counter = Counter()
-        responses: dict[int, object] = {}
-        results = []
-        for request in tqdm(requests, desc=f"s2d2 {kind}", disable=disable_tqdm or self.rank != 0):
-            repeat = seen[id(request)]
-            seen[id(request)] += 1
-            if repeat >= (request.repeats or 1) and id(request) in responses:
-                results.append(responses[id(request)])
-                continue
-            responses[id(request)] = compute(request, repeat)
-            self.cache_hook.add_partial(kind, request.args, responses[id(request)])
-            results.append(responses[id(request)])
-        return results
+        """``compute(request, repeat)`` for every request lm-eval sends, in order (:func:`plan_requests`
+        says which copies are computed and which are padding)."""
+        jobs, padding = plan_requests(requests)
+        results: list = [None] * len(requests)
+        latest: dict[int, object] = {}
+        for position, request, repeat in tqdm(jobs, desc=f"s2d2 {kind}", disable=disable_tqdm or self.rank != 0):
+            results[position] = latest[id(request)] = compute(request, repeat)
+            self.cache_hook.add_partial(kind, request.args, results[position])
+        return fill_padding(results, padding, latest)
 
     def _record(self, request, stats: dict) -> None:
         self.decode_stats[(request.task_name, request.doc_id)].append(stats)
@@ -251,15 +268,8 @@ class S2D2LM(TemplateLM):
         """As :meth:`_each` with :meth:`_generate`, the decodes many per forward: requests that share
         their settings (all but the seed) form one :func:`s2d2.generate_batch`, whose rows equal the
         one-at-a-time decodes. A copy past a request's ``repeats`` is padding and gets its response."""
-        seen: Counter = Counter()
-        jobs, padding = [], []
-        for position, request in enumerate(requests):
-            repeat = seen[id(request)]
-            seen[id(request)] += 1
-            if repeat >= (request.repeats or 1) and repeat > 0:
-                padding.append((position, id(request)))
-            else:
-                jobs.append((position, request, *self._prepare(request, repeat)))
+        planned, padding = plan_requests(requests)
+        jobs = [(position, request, *self._prepare(request, repeat)) for position, request, repeat in planned]
         groups: dict[DecodeConfig, list[tuple]] = defaultdict(list)
         for job in jobs:
             groups[job[2].replace(seed=0)].append(job)
@@ -282,9 +292,7 @@ class S2D2LM(TemplateLM):
                 self.cache_hook.add_partial("generate_until", request.args, results[position])
             bar.update(len(members))
         bar.close()
-        for position, key in padding:
-            results[position] = latest[key]
-        return results
+        return fill_padding(results, padding, latest)
 
     def _request_config(self, gen_kwargs: dict) -> tuple[DecodeConfig, list[str]]:
         """The decode of one request: ``model_args`` with the task's generation kwargs on top.
