@@ -83,3 +83,15 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as err:  # bad model_args, unknown task, unreadable checkpoint: one line
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        close_process_group()
+
+
+def close_process_group() -> None:
+    """Under ``accelerate launch``, end the process group before the interpreter does: left to exit-time
+    teardown, a rank occasionally aborted ("terminate called without an active exception") after writing
+    its results, and the launcher reported the whole run as failed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
