@@ -24,4 +24,5 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m pytest -q "$@"
+# One worker per core, each module whole on one worker (tests/conftest.py); -n 0 runs in this process.
+exec .venv/bin/python -m pytest -q -n auto --dist loadfile "$@"

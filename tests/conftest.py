@@ -6,9 +6,16 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # run_tests.sh runs one worker per core: each worker, and every process a test starts, keeps to one
+    # thread, since two workers with a pool of two threads each oversubscribe the cores and slow both.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from s2d2.models import load_model
 from s2d2.train import TrainConfig, build_tokenizer, write_random_checkpoint
@@ -16,6 +23,19 @@ from s2d2.train import TrainConfig, build_tokenizer, write_random_checkpoint
 TINY = TrainConfig(
     hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, max_positions=512, tokenizer_corpus=500
 )
+
+
+# run_tests.sh spreads the suite over one worker per core (pytest-xdist, --dist loadfile): each module runs
+# whole on one worker, so its module- and session-scoped fixtures (an lm-eval run, an app server) are built
+# once per worker that needs them. Modules start heaviest first, so the last one to start is short; the rest
+# follow in file order.
+HEAVIEST_FIRST = ["test_lm_eval", "test_bundled_families", "test_app", "test_bundled", "test_bench", "test_browser"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rpartition(".")[2], len(rank)))  # stable
 
 
 def write_sdar_checkpoint(path, seed: int = 0) -> str:

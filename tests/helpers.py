@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
+
+import torch
 
 from s2d2.config import DecodeConfig, VerifyConfig
 from s2d2.trace import OUTCOMES, Trace
@@ -59,3 +62,20 @@ def assert_each_token_committed_once(trace: Trace) -> None:
     assert [commits[i] for i in range(generated)] == trace.output_ids
     assert trace.summary.generated_tokens == generated
     assert sum(trace.summary.committed_by_outcome.values()) == generated
+
+
+def chi_square(counts: torch.Tensor, p: torch.Tensor) -> tuple[float, int]:
+    """Pearson's statistic and its degrees of freedom, cells expecting fewer than 5 pooled into one."""
+    counts, p = counts.reshape(-1), p.reshape(-1)
+    expected = p * counts.sum()
+    small = expected < 5
+    observed, expected = counts[~small], expected[~small]
+    if small.any():
+        observed = torch.cat([observed, counts[small].sum()[None]])
+        expected = torch.cat([expected, (p[small].sum() * counts.sum())[None]])
+    return float(((observed - expected) ** 2 / expected).sum()), len(observed) - 1
+
+
+def chi_square_bound(dof: int) -> float:
+    """The statistic's mean plus four standard deviations under sampling noise alone."""
+    return dof + 4 * math.sqrt(2 * dof)

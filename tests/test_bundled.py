@@ -57,37 +57,45 @@ def test_bundled_model_is_an_sdar_checkpoint_loaded_offline(bundled):
 BUDGET = 160  # the longest chains answer is under 120 tokens
 
 
+@pytest.fixture(scope="module")
+def ar_runs(bundled):
+    """``family -> [(problem, AR trace)]`` over 20 held-out problems (seed 4242), each decoded once for the
+    module: the accuracy floor and the exactness tests read the same AR answers."""
+    runs = {}
+
+    def of(family_name: str) -> list:
+        if family_name not in runs:
+            problems = get_family(family_name).problems("heldout", 20, seed=4242)
+            ar = DecodeConfig(method="ar", max_new_tokens=BUDGET)
+            runs[family_name] = [(p, generate(bundled, p.prompt, ar)) for p in problems]
+        return runs[family_name]
+
+    return of
+
+
 @pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
-def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(bundled, family_name):
+def test_bundled_model_solves_heldout_problems_of_each_family_in_ar_mode(ar_runs, family_name):
     family = get_family(family_name)
-    problems = family.problems("heldout", 20, seed=4242)
-    solved = sum(
-        family.score(p, generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET)).text)
-        for p in problems
-    )
-    assert solved >= 18
+    assert sum(family.score(p, run.text) for p, run in ar_runs(family_name)) >= 18
 
 
-def test_exact_s2d2_writes_ar_output_on_long_chains_answers(bundled):
+def test_exact_s2d2_writes_ar_output_on_long_chains_answers(bundled, ar_runs):
     """On answers of 6–8 worked lines, 4–8 blocks of 16, exact S2D2 writes AR's tokens block after block."""
-    problems = get_family("chains").problems("heldout", 10, seed=4242)
     exact = preset_config("exact", block_length=16, steps=16, max_new_tokens=BUDGET)
-    for p in problems:
-        ar = generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET))
+    for p, ar in ar_runs("chains")[:10]:
         assert generate(bundled, p.prompt, exact).output_ids == ar.output_ids
 
 
 @pytest.mark.parametrize("family_name, block_length", [("team", 16), ("chains", 32)])
-def test_parallel_commits_break_answers_and_exact_s2d2_repairs_them(bundled, family_name, block_length):
+def test_parallel_commits_break_answers_and_exact_s2d2_repairs_them(bundled, ar_runs, family_name, block_length):
     """The demo's point: aggressive threshold decoding fills symmetric name slots together and commits a
     line's total before the line that carries it; S2D2 with exact acceptance drafts the same way and returns
     AR's text, after rejecting some of those drafts. Version 3 solves arith, and chains at B = 16, even at
     τ = 0.3 (20/20 each); chains break at B = 32 (2/20), team picks at B = 16 (3/20)."""
     family = get_family(family_name)
-    problems = family.problems("heldout", 20, seed=4242)
+    problems, ar = zip(*ar_runs(family_name))
     parallel = DecodeConfig(method="dynamic", block_length=block_length, threshold=0.3, max_new_tokens=BUDGET)
     exact = preset_config("exact", block_length=block_length, steps=block_length, max_new_tokens=BUDGET)
-    ar = [generate(bundled, p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET)) for p in problems]
     broken = [generate(bundled, p.prompt, parallel) for p in problems]
     repaired = [generate(bundled, p.prompt, exact) for p in problems]
     solved = {

@@ -63,13 +63,27 @@ SOLVES = {
 }
 
 
+@pytest.fixture(scope="module")
+def ar_runs(models):
+    """``(model id, family) -> [(problem, AR trace)]`` over 20 held-out problems (seed 4242), each decoded
+    once for the module: the accuracy floors and the exactness tests read the same AR answers."""
+    runs = {}
+
+    def of(model_id: str, family_name: str) -> list:
+        if (model_id, family_name) not in runs:
+            problems = get_family(family_name).problems("heldout", 20, seed=4242)
+            ar = DecodeConfig(method="ar", max_new_tokens=BUDGET)
+            runs[model_id, family_name] = [(p, generate(models[model_id], p.prompt, ar)) for p in problems]
+        return runs[model_id, family_name]
+
+    return of
+
+
 @pytest.mark.parametrize("model_id", FAMILIES)
 @pytest.mark.parametrize("family_name", ["arith", "team", "chains"])
-def test_ar_mode_solves_heldout_problems(model_id, family_name, models):
+def test_ar_mode_solves_heldout_problems(model_id, family_name, ar_runs):
     family = get_family(family_name)
-    problems = family.problems("heldout", 20, seed=4242)
-    ar = DecodeConfig(method="ar", max_new_tokens=BUDGET)
-    solved = sum(family.score(p, generate(models[model_id], p.prompt, ar).text) for p in problems)
+    solved = sum(family.score(p, run.text) for p, run in ar_runs(model_id, family_name))
     assert solved >= SOLVES[model_id][family_name], solved
 
 
@@ -80,12 +94,11 @@ EXACT = {
 
 
 @pytest.mark.parametrize("model_id", FAMILIES)
-def test_exact_s2d2_writes_the_trained_models_own_ar_answers(model_id, models):
+def test_exact_s2d2_writes_the_trained_models_own_ar_answers(model_id, models, ar_runs):
     """On long chains answers, with each family's block layout (Fast-dLLM v2: sub-blocks of its 32-token blocks)."""
     exact = preset_config("exact", max_new_tokens=BUDGET, **EXACT[model_id])
     assert exact.exactness().exact
-    for p in get_family("chains").problems("heldout", 4, seed=4242):
-        ar = generate(models[model_id], p.prompt, DecodeConfig(method="ar", max_new_tokens=BUDGET))
+    for p, ar in ar_runs(model_id, "chains")[:4]:
         run = generate(models[model_id], p.prompt, exact)
         assert run.output_ids == ar.output_ids
         assert run.summary.nfe < ar.summary.nfe

@@ -11,12 +11,11 @@ Run with ``pytest -s`` to see the counts.
 from __future__ import annotations
 
 import itertools
-import math
 import random
 
 import pytest
 import torch
-from helpers import exact_greedy_s2d2, random_prompts
+from helpers import chi_square, chi_square_bound, exact_greedy_s2d2, random_prompts
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from components.views import text_panel
@@ -324,18 +323,6 @@ def ar_distribution(model, prompt: list[int]) -> torch.Tensor:
     return joint.reshape((V,) * GENERATED)
 
 
-def chi_square(counts: torch.Tensor, p: torch.Tensor) -> tuple[float, int]:
-    """Pearson's statistic and its degrees of freedom, cells expecting fewer than 5 pooled into one."""
-    counts, p = counts.reshape(-1), p.reshape(-1)
-    expected = p * counts.sum()
-    small = expected < 5
-    observed, expected = counts[~small], expected[~small]
-    if small.any():
-        observed = torch.cat([observed, counts[small].sum()[None]])
-        expected = torch.cat([expected, (p[small].sum() * counts.sum())[None]])
-    return float(((observed - expected) ** 2 / expected).sum()), len(observed) - 1
-
-
 def total_variation(counts: torch.Tensor, p: torch.Tensor) -> float:
     return 0.5 * float((counts / counts.sum() - p).abs().sum())
 
@@ -377,7 +364,7 @@ def test_sampled_exact_s2d2_follows_the_ar_distribution(tokenizer, family):
     report = []
     for name, (observed, expected) in views.items():
         chi2, dof = chi_square(observed, expected)
-        bound = dof + 4 * math.sqrt(2 * dof)
+        bound = chi_square_bound(dof)
         report.append(f"{name} chi-square {chi2:.1f} on {dof} dof (bound {bound:.1f})")
         assert chi2 < bound, f"{family}: {report[-1]}"
     print(
