@@ -4,8 +4,9 @@
 #   Fast-dLLM v2 (Table 2, Figure 3 over sub-block sizes) -> docs/results/bundled-fast-dllm-v2
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
-# Problem counts are sized so the three grids finish in about an hour on two cores; PROBLEMS=500 gives the
-# paper-sized study (several hours there). Nothing else may run meanwhile: the tables report wall time.
+# SDAR runs the paper-sized 500 problems per family (72 minutes on two cores); the other two 60 per family
+# (about 25 minutes together; FAMILY_PROBLEMS=500 is several hours more). Nothing else may run meanwhile:
+# the tables report wall time.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAMILY_PROBLEMS=... for the other two
 #   OUT=runs/grid-check scripts/bench_bundled.sh   # elsewhere, e.g. to compare a code change with
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${PROCESSES:-2}" --num_machines 1
   --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
-problems=${PROBLEMS:-100}
+problems=${PROBLEMS:-500}
 family_problems=${FAMILY_PROBLEMS:-60}
 out=${OUT:-docs/results}
 
