@@ -19,6 +19,10 @@ different KV (a rejection, a discarded lookahead), stop at different steps.
 - Each row's attention mask sees its own valid slots and, among the new
   positions, what its own mask allows; padding sees only itself. Positions are
   explicit per row, so rotary positions are each row's own.
+- Between forwards the rows run their steps one after another, a turn passing
+  from row to row, never side by side: threads that run together fight over
+  the interpreter lock at every tensor operation, which cost more than the
+  steps themselves.
 - A row that finishes leaves the cache before the next forward (compaction);
   queued prompts join as places free up (at most ``batch_size`` rows live,
   a quarter of the batch joining at a time);
@@ -106,12 +110,15 @@ class BatchScheduler:
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=model.device)  # (cache rows, slots)
         self.slots: list[int] = []  # the row each cache row holds
         # One lock over the rows' requests and the cache; the scheduler waits on ``all_asked``, each row on
-        # its own event, so a round wakes every row once (not every row at every other row's request).
+        # its own event. Rows take turns: after a round only the first row served runs its step, and each row
+        # hands the turn on when it asks for its next forward (or ends). One runnable thread at a time, so the
+        # interpreter lock, which every tensor operation releases and takes back, is never fought over.
         self.lock = threading.Lock()
         self.all_asked = threading.Condition(self.lock)
         self.pending: dict[int, _Request] = {}
         self.results: dict[int, tuple[torch.Tensor, float] | BaseException] = {}
         self.served: dict[int, threading.Event] = {}
+        self.turns: deque[int] = deque()  # rows waiting for their turn to step
         self.live: set[int] = set()
         self.forwards = 0
         self.tokens = 0  # positions computed, padding included: a batched forward costs rows × widest row
@@ -123,20 +130,25 @@ class BatchScheduler:
 
     def submit(self, row: int, request: _Request) -> tuple[torch.Tensor, float]:
         """Wait for the round that serves this row's forward; returns its logits and the forward's seconds."""
-        served = self.served[row]
         with self.lock:
             self.pending[row] = request
-            self._wake_if_all_asked()
-        served.wait()
-        served.clear()
+            self._pass_turn()
+        self._wait_turn(row)
         with self.lock:
             result = self.results.pop(row)
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def _wake_if_all_asked(self) -> None:
-        if len(self.pending) == len(self.live):
+    def _wait_turn(self, row: int) -> None:
+        self.served[row].wait()
+        self.served[row].clear()
+
+    def _pass_turn(self) -> None:
+        """(Lock held.) Wake the next row waiting for its turn, or the scheduler once every live row has asked."""
+        if self.turns:
+            self.served[self.turns.popleft()].set()
+        elif len(self.pending) == len(self.live):
             self.all_asked.notify()
 
     def forget(self, row: int, count: int) -> None:
@@ -159,13 +171,14 @@ class BatchScheduler:
 
         def row_main(row: int) -> None:
             try:
+                self._wait_turn(row)
                 traces[row] = jobs[row](self.new_session(row))
             except BaseException as err:  # noqa: BLE001 - handed to the caller, which raises it
                 errors[row] = err
             finally:
                 with self.lock:
                     self.live.discard(row)
-                    self._wake_if_all_asked()
+                    self._pass_turn()
 
         # Prompts join a few at a time: a joining row's prefill pads the whole round to its width, so
         # letting a quarter of the batch free up first shares that cost among several joiners.
@@ -182,15 +195,16 @@ class BatchScheduler:
                     self._join(row)
                     self.live.add(row)
                     self.served[row] = threading.Event()
+                    self.turns.append(row)
                     threads.append(threading.Thread(target=row_main, args=(row,), daemon=True))
                     threads[-1].start()
-                self.all_asked.wait_for(lambda: len(self.pending) == len(self.live))
+                self._pass_turn()  # every live row is waiting here: start the chain of turns
+                self.all_asked.wait_for(lambda: not self.turns and len(self.pending) == len(self.live))
                 if may_join():
                     continue  # rows left: let the next prompts join this round
                 if not self.live:
                     break
-                for row in self._round():
-                    self.served[row].set()
+                self.turns.extend(self._round())
         for thread in threads:
             thread.join()
         return traces, errors

@@ -5,7 +5,7 @@
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
 # SDAR runs the paper-sized 500 problems per family (72 minutes on two cores); the other two 60 per family
-# (about 25 minutes together; FAMILY_PROBLEMS=500 is several hours more). Nothing else may run meanwhile:
+# (about 25 minutes together; FAMILY_PROBLEMS=500 takes about 3.5 hours more). Nothing else may run meanwhile:
 # the tables report wall time.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAMILY_PROBLEMS=... for the other two
