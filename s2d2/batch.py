@@ -21,8 +21,9 @@ different KV (a rejection, a discarded lookahead), stop at different steps.
   explicit per row, so rotary positions are each row's own.
 - Between forwards the rows run their steps one after another, a turn passing
   from row to row, never side by side: threads that run together fight over
-  the interpreter lock at every tensor operation, which cost more than the
-  steps themselves.
+  the interpreter lock at every tensor operation (with all rows woken at once,
+  AR at batch 16 ran at 8.2 problems per second on the 2-core CPU; taking
+  turns, 10.9: docs/BENCHMARKS.md).
 - A row that finishes leaves the cache before the next forward (compaction);
   queued prompts join as places free up (at most ``batch_size`` rows live,
   a quarter of the batch joining at a time);
