@@ -24,6 +24,10 @@ different KV (a rejection, a discarded lookahead), stop at different steps.
   the interpreter lock at every tensor operation (with all rows woken at once,
   AR at batch 16 ran at 8.2 problems per second on the 2-core CPU; taking
   turns, 10.9: docs/BENCHMARKS.md).
+- A joining prompt's prefill is much wider than the others' steps (an AR
+  step feeds two tokens). When padding every row to its width would cost more
+  than a forward's fixed cost, the joiners' prefills run apart on a cache of
+  their own, and their KV joins the batch's cache as new slots.
 - A row that finishes leaves the cache before the next forward (compaction);
   queued prompts join as places free up (at most ``batch_size`` rows live,
   a quarter of the batch joining at a time);
@@ -54,6 +58,10 @@ from .models.base import BlockDiffusionModel, ForwardRecorder, KVSession
 from .trace import Trace
 
 SLACK_SLOTS = 64  # dead slots tolerated beyond the live ones before the cache is packed
+# What a forward's fixed cost is worth in positions computed: the cost model's a / b on the 2-core CPU
+# (9.8 ms / 0.097 ms, python -m s2d2.throughput). Joining prompts' prefills run apart from the rest of a
+# round only when that saves more padding than this.
+SPLIT_POSITIONS = 100
 
 
 @dataclass
@@ -105,8 +113,9 @@ class RowSession(KVSession):
 class BatchScheduler:
     """Runs the rows' decoders and serves their forwards, one batched forward per round."""
 
-    def __init__(self, model: BlockDiffusionModel):
+    def __init__(self, model: BlockDiffusionModel, split_positions: int = SPLIT_POSITIONS):
         self.model = model
+        self.split_positions = split_positions
         self.cache = DynamicCache(config=model.model.config)
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=model.device)  # (cache rows, slots)
         self.slots: list[int] = []  # the row each cache row holds
@@ -211,62 +220,121 @@ class BatchScheduler:
         return traces, errors
 
     def _round(self) -> list[int]:
-        """One batched forward for every live row (all of which are waiting for it); returns the rows served."""
+        """One round of forwards serving every live row (all of which are waiting for it); returns the rows served.
+
+        Usually one forward over the batch. When rows that have no KV yet (a joining prompt's prefill) are
+        so much wider than the rest that padding everyone to their width costs more than a forward's fixed
+        cost, they run apart first, on a cache of their own, and their KV joins the batch's.
+        """
         with torch.inference_mode():
             self._drop_finished()
             rows = list(self.slots)
             requests = [self.pending.pop(row) for row in rows]
             try:
-                start = time.perf_counter()
-                logits = self._forward(requests)
-                if self.model.device.type == "cuda":
-                    torch.cuda.synchronize(self.model.device)
-                seconds = time.perf_counter() - start
-                for row, rows_logits in zip(rows, logits):
-                    self.results[row] = (rows_logits, seconds)
-            except BaseException as err:  # noqa: BLE001 - every row of the failed forward raises it
+                fresh = self._fresh_to_split(requests)
+                if fresh:
+                    self._serve(rows, fresh, lambda: self._prefill_apart([requests[i] for i in fresh], fresh))
+                    requests = [None if i in fresh else r for i, r in enumerate(requests)]
+                others = [i for i, r in enumerate(requests) if r is not None]
+                self._serve(rows, others, lambda: self._forward(requests, others))
+            except BaseException as err:  # noqa: BLE001 - every row of the failed round raises it
                 for row in rows:
                     self.results[row] = err
-            self.forwards += 1
             self._pack_if_sparse()
         return rows
 
-    def _forward(self, requests: list[_Request]) -> list[torch.Tensor]:
+    def _serve(self, rows: list[int], served: list[int], forward: Callable[[], list[torch.Tensor]]) -> None:
+        """Run one ``forward`` and hand each of the ``served`` rows (indices into ``rows``) its logits and the
+        forward's seconds."""
+        start = time.perf_counter()
+        logits = forward()
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize(self.model.device)
+        seconds = time.perf_counter() - start
+        for i, rows_logits in zip(served, logits):
+            self.results[rows[i]] = (rows_logits, seconds)
+        self.forwards += 1
+
+    def _fresh_to_split(self, requests: list[_Request]) -> list[int]:
+        """The rows without KV yet, if running them apart saves more positions than a forward's fixed cost."""
+        counts = self.valid.sum(dim=1).tolist()
+        fresh = [i for i, count in enumerate(counts) if count == 0]
+        if not fresh or len(fresh) == len(requests):
+            return []
+        widths = [r.ids.shape[0] for r in requests]
+        rest = max(w for i, w in enumerate(widths) if i not in fresh)
+        together = len(requests) * max(widths)
+        apart = len(fresh) * max(widths[i] for i in fresh) + len(requests) * rest
+        return fresh if together - apart > self.split_positions else []
+
+    def _inputs(self, requests: list, cached: torch.Tensor):
+        """Padded ids, positions and additive attention mask of one forward; ``None`` requests feed nothing.
+
+        ``cached`` says which cache slots each row may see."""
         device, dtype = self.model.device, self.model.dtype
-        lengths = [r.ids.shape[0] for r in requests]
-        n, width, cached = len(requests), max(lengths), self.valid.shape[1]
+        lengths = [0 if r is None else r.ids.shape[0] for r in requests]
+        n, width, slots = len(requests), max(lengths), cached.shape[1]
         self.tokens += n * width
         ids = torch.zeros(n, width, dtype=torch.long, device=device)
         positions = torch.zeros(n, width, dtype=torch.long, device=device)
         sees_new = torch.eye(width, dtype=torch.bool, device=device).repeat(n, 1, 1)  # padding sees itself
         for b, (r, length) in enumerate(zip(requests, lengths)):
-            ids[b, :length] = r.ids
-            positions[b, :length] = r.positions
-            sees_new[b, :length, :length] = r.allowed
-        sees = torch.cat([self.valid[:, None, :].expand(n, width, cached), sees_new], dim=2)
-        mask = torch.zeros(n, 1, width, cached + width, dtype=dtype, device=device)
+            if r is not None:
+                ids[b, :length] = r.ids
+                positions[b, :length] = r.positions
+                sees_new[b, :length, :length] = r.allowed
+        sees = torch.cat([cached[:, None, :].expand(n, width, slots), sees_new], dim=2)
+        mask = torch.zeros(n, 1, width, slots + width, dtype=dtype, device=device)
         mask.masked_fill_(~sees[:, None], torch.finfo(dtype).min)
-        # Logits from the first position any row wants to the end of the widest row.
-        wanted = [length - (r.keep_logits or length) for r, length in zip(requests, lengths)]
-        first = min(wanted)
+        fed = torch.arange(width, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+        return ids, positions, mask, lengths, fed
+
+    def _run_model(self, requests: list, cached: torch.Tensor, cache: DynamicCache, served: list[int]):
+        """One forward over ``requests`` with ``cache``; returns the served rows' logits and which slots it fed."""
+        ids, positions, mask, lengths, fed = self._inputs(requests, cached)
+        width = ids.shape[1]
+        # Logits from the first position any served row wants to the end of the widest row.
+        wanted = {b: lengths[b] - (requests[b].keep_logits or lengths[b]) for b in served}
+        first = min(wanted.values())
         out = self.model.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            cache=self.cache,
+            cache=cache,
             use_cache=True,
             logits_to_keep=width - first,
         )
-        fed = torch.arange(width, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+        return [out.logits[b, wanted[b] - first : lengths[b] - first] for b in served], fed
+
+    def _forward(self, requests: list, served: list[int]) -> list[torch.Tensor]:
+        """One forward over the whole batch's cache."""
+        logits, fed = self._run_model(requests, self.valid, self.cache, served)
         self.valid = torch.cat([self.valid, fed], dim=1)
-        return [out.logits[b, w - first : length - first] for b, (w, length) in enumerate(zip(wanted, lengths))]
+        return logits
+
+    def _prefill_apart(self, requests: list[_Request], fresh: list[int]) -> list[torch.Tensor]:
+        """The ``fresh`` rows' first forward on a cache of their own; their KV then joins the batch's as new
+        slots (the other rows' copies of those slots are zeros, valid for nobody)."""
+        own = DynamicCache(config=self.model.model.config)
+        none = self.valid.new_zeros(len(fresh), 0)
+        logits, fed = self._run_model(requests, none, own, list(range(len(fresh))))
+        index = torch.tensor(fresh, dtype=torch.long, device=self.valid.device)
+        for layer, new in zip(self._layers(), self._layers(own)):
+            for name in ("keys", "values"):
+                part = getattr(new, name)
+                slots = part.new_zeros(getattr(layer, name).shape[0], *part.shape[1:])
+                slots[index] = part
+                setattr(layer, name, torch.cat([getattr(layer, name), slots], dim=2))
+        joined = self.valid.new_zeros(self.valid.shape[0], fed.shape[1])
+        joined[index] = fed
+        self.valid = torch.cat([self.valid, joined], dim=1)
+        return logits
 
     # -- the cache's rows and slots -----------------------------------------
 
-    def _layers(self) -> list:
-        return [
-            layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4
-        ]
+    def _layers(self, cache: DynamicCache | None = None) -> list:
+        cache = self.cache if cache is None else cache
+        return [layer for layer in cache.layers if getattr(layer, "keys", None) is not None and layer.keys.dim() == 4]
 
     def _join(self, row: int) -> None:
         """A new row: a cache row with no slots of its own."""

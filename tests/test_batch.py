@@ -14,9 +14,10 @@ import os
 import threading
 
 import pytest
-from helpers import random_prompts
+from helpers import exact_greedy_s2d2, random_prompts
 
 from s2d2 import generate, generate_batch
+from s2d2.batch import BatchScheduler
 from s2d2.config import DecodeConfig, VerifyConfig
 from s2d2.decode import DecodeCancelled
 from s2d2.sampling import SamplingConfig
@@ -116,6 +117,29 @@ def test_batch_sizes_and_rows_joining_as_others_finish(every_family, batch_size)
     assert batched.batch_size == batch_size and len(batched) == len(prompts)
     longest = max(t.summary.nfe for t in single)
     assert longest <= batched.forwards < sum(t.summary.nfe for t in single)
+
+
+@pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
+def test_long_prompts_joining_mid_decode_prefill_apart_and_decode_as_alone(every_family, family, monkeypatch):
+    """A joining prompt much wider than the rows already decoding runs its prefill in a forward of its own,
+    whose KV then joins the batch's; every row still decodes as it does alone."""
+    model = every_family[family]
+    short, long = random_prompts(model, 5, seed=8), [p * 4 for p in random_prompts(model, 4, seed=9)]
+    prompts = short[:4] + long[:3] + short[4:] + long[3:]
+    apart = []
+    prefill_apart = BatchScheduler._prefill_apart
+    monkeypatch.setattr(
+        BatchScheduler, "_prefill_apart", lambda self, *a: apart.append(a[1]) or prefill_apart(self, *a)
+    )
+    ar = DecodeConfig(method="ar", max_new_tokens=12)
+    monkeypatch.setattr(model, "stop_token_ids", [generate(model, prompts[0], ar).output_ids[3]])  # ragged stops
+    for config in (ar, exact_greedy_s2d2(4, max_new_tokens=12)):
+        apart.clear()
+        single = [generate(model, p, config) for p in prompts]
+        batched = generate_batch(model, prompts, config, batch_size=4)
+        different = [i for i, (a, b) in enumerate(zip(single, batched)) if not same_run(a, b)]
+        assert not different, f"{family} {config.method}: rows {different} differ from single runs"
+        assert apart, f"{family} {config.method}: no prefill ran apart"
 
 
 def test_a_row_that_stops_early_leaves_while_the_others_continue(every_family):

@@ -21,7 +21,7 @@ from s2d2.lm_eval import S2D2LM
 from s2d2.lm_eval.model import decode_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMIT = 20
+LIMIT = 10
 MODEL_ARGS = f"pretrained={DEFAULT_MODEL},preset=sdar-b,acceptance=greedy"
 # The bundled model is a chat model and s2d2.evaluate prompts through its chat template, so the CLI is told to as well.
 CLI_ARGS = ["--model", "s2d2", "--model_args", MODEL_ARGS, "--tasks", "s2d2_arith", "--limit", str(LIMIT)]
