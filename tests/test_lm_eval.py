@@ -18,6 +18,7 @@ from two_processes import launch_two_processes
 from s2d2 import DEFAULT_MODEL, config_from_settings, load_model
 from s2d2.evaluate import heldout_problems, run_problem, summarize_method
 from s2d2.lm_eval import S2D2LM
+from s2d2.lm_eval.harness import asks_only_project_tasks, with_project_tasks
 from s2d2.lm_eval.model import decode_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,6 +158,14 @@ def test_rolling_windows_cover_a_text_longer_than_the_model(tiny_path):
     windows = get_rolling_token_windows(ids, lm.prefix_token_id, max_seq_len=lm.max_length - 1, context_len=1)
     expected = sum(verifier_logprob(lm.model, *make_disjoint_window(window)) for window in windows)
     assert rolling == pytest.approx(expected, abs=1e-3)
+
+
+def test_only_runs_of_the_project_tasks_skip_indexing_lm_evals_own():
+    assert asks_only_project_tasks(with_project_tasks(["--tasks", "s2d2_arith,s2d2_team", "--limit", "3"]))
+    assert asks_only_project_tasks(with_project_tasks(["--tasks=s2d2_team"]))
+    assert not asks_only_project_tasks(with_project_tasks(["--tasks", "s2d2_arith,hellaswag"]))
+    assert not asks_only_project_tasks(["--tasks", "s2d2_arith", "--include_path", "/elsewhere"])
+    assert not asks_only_project_tasks(with_project_tasks(["--model", "s2d2"]))
 
 
 def test_model_args_are_typed_by_the_config_fields():
