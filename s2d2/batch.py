@@ -190,8 +190,9 @@ class BatchScheduler:
                     self.live.discard(row)
                     self._pass_turn()
 
-        # Prompts join a few at a time: a joining row's prefill pads the whole round to its width, so
-        # letting a quarter of the batch free up first shares that cost among several joiners.
+        # Prompts join a few at a time: a joining row's prefill either pads the whole round to its width or
+        # costs a forward of its own (``_round``), so letting a quarter of the batch free up first shares
+        # that cost among several joiners.
         refill = max(1, batch_size // 4)
 
         def may_join() -> bool:
