@@ -4,11 +4,12 @@
 #   Fast-dLLM v2 (Table 2, Figure 3 over sub-block sizes) -> docs/results/bundled-fast-dllm-v2
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
-# SDAR runs the paper-sized 500 problems per family (72 minutes on two cores); the other two 60 per family
-# (about 25 minutes together; FAMILY_PROBLEMS=500 takes about 3.5 hours more). Nothing else may run meanwhile:
-# the tables report wall time.
+# SDAR and Fast-dLLM v2 run the paper-sized 500 problems per family (72 and about 65 minutes on two cores);
+# LLaDA2 60 per family (18 minutes; LLADA2_PROBLEMS=500 takes about 2.5 hours). Nothing else may run
+# meanwhile: the tables report wall time.
 #
-#   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAMILY_PROBLEMS=... for the other two
+#   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAST_PROBLEMS=... Fast-dLLM v2's,
+#                              # LLADA2_PROBLEMS=... LLaDA2's
 #   OUT=runs/grid-check scripts/bench_bundled.sh   # elsewhere, e.g. to compare a code change with
 #                                                  # scripts/compare_runs.py docs/results runs/grid-check
 set -euo pipefail
@@ -17,13 +18,14 @@ python=${PYTHON:-.venv/bin/python}
 launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${PROCESSES:-2}" --num_machines 1
   --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
 problems=${PROBLEMS:-500}
-family_problems=${FAMILY_PROBLEMS:-60}
+fast_problems=${FAST_PROBLEMS:-500}
+llada2_problems=${LLADA2_PROBLEMS:-60}
 out=${OUT:-docs/results}
 
 "${launch[@]}" --model bundled --grid paper --problems "$problems" --dev-problems 30 --out "$out/bundled"
-"${launch[@]}" --model bundled-fast-dllm-v2 --grid fastdllm --problems "$family_problems" --dev-problems 20 \
+"${launch[@]}" --model bundled-fast-dllm-v2 --grid fastdllm --problems "$fast_problems" --dev-problems 20 \
   --out "$out/bundled-fast-dllm-v2"
-"${launch[@]}" --model bundled-llada2 --grid llada2 --problems "$family_problems" --dev-problems 20 \
+"${launch[@]}" --model bundled-llada2 --grid llada2 --problems "$llada2_problems" --dev-problems 20 \
   --out "$out/bundled-llada2"
 for grid in bundled bundled-fast-dllm-v2 bundled-llada2; do
   "$python" -m components.benchmarks "$out/$grid"
