@@ -4,7 +4,7 @@
 #   Fast-dLLM v2 (Table 2, Figure 3 over sub-block sizes) -> docs/results/bundled-fast-dllm-v2
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
-# SDAR and Fast-dLLM v2 run the paper-sized 500 problems per family (72 and about 65 minutes on two cores);
+# SDAR and Fast-dLLM v2 run the paper-sized 500 problems per family (72 and 46 minutes on two cores);
 # LLaDA2 60 per family (18 minutes; LLADA2_PROBLEMS=500 takes about 2.5 hours). Nothing else may run
 # meanwhile: the tables report wall time.
 #
