@@ -59,9 +59,9 @@ def build_demo() -> gr.Blocks:
                 with gr.Accordion("Settings", open=False, elem_id="settings"):
                     preset, settings = ui.settings_panel()
                 gr.Examples(
-                    [[e["prompt"], e["preset"], e["lesson"]] for e in ui.examples()],
-                    inputs=[prompt, preset, lesson],
-                    label="Examples (held-out problems the bundled model never saw)",
+                    [[e["prompt"], e["model"], e["preset"], e["lesson"]] for e in ui.examples()],
+                    inputs=[prompt, model, preset, lesson],
+                    label="Examples (held-out problems the bundled models never saw; each sets its model and preset)",
                     cache_examples=False,
                 )
                 status = gr.HTML(elem_id="status")

@@ -132,7 +132,7 @@ def _curtain(k: int, n: int, steps: int) -> dict:
 def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     """The decoding replayed: which position was drafted and committed at each step.
 
-    Bottom: one row per step, one column per generated position, blocks marked.
+    Bottom: one row per step, one column per generated position, blocks marked (dark dotted lines), sub-blocks too (light).
     Top: the sequence as it stood after the step chosen on the slider or by
     the page's ▶ Play, with a veil over later steps. Gradio renders with
     ``Plotly.react``, which drops ``frames``, so the frames travel in
@@ -215,9 +215,13 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
                 showlegend=True,
             )
         )
-    boundaries = sorted({s.block_start for s in trace.steps if 0 < s.block_start < n})
-    for b in boundaries:
+    for b in sorted({s.block_start for s in trace.steps if 0 < s.block_start < n}):
         fig.add_vline(x=b - 0.5, line=dict(color="#0f172a", width=1, dash="dot"), row=2, col=1)
+    sub_starts = sub_block_starts(trace)
+    for b in sub_starts:
+        fig.add_vline(x=b - 0.5, line=dict(color="#94a3b8", width=1, dash="dot"), row=2, col=1)
+    if sub_starts:
+        title += f" · {trace.config['block_length']}-token blocks in sub-blocks of {trace.config['sub_block_length']}"
     fig.update_yaxes(
         autorange="reversed",
         tickmode="array",
@@ -244,6 +248,16 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     # Room above the plot for a legend that wraps onto two or three lines on a phone.
     fig = _layout(fig, title, height)
     return fig.update_layout(margin=dict(t=100), title=dict(y=1.0, yref="container", yanchor="top", pad=dict(t=8)))
+
+
+def sub_block_starts(trace: Trace) -> list[int]:
+    """Generated positions where a sub-block starts inside a block (Fast-dLLM v2's sub-block decoding)."""
+    block_length = trace.config.get("block_length") or 0
+    sub = trace.config.get("sub_block_length") or block_length
+    if not 0 < sub < block_length:
+        return []
+    starts = {s.block_start + k * sub for s in trace.steps for k in range(1, -(-block_length // sub))}
+    return sorted(p for p in starts if 0 < p < len(trace.output_ids))
 
 
 def replay_steps(steps: int) -> list[int]:

@@ -2,20 +2,20 @@
 
     python -m components.make_demo
 
-Decodes the first example with its preset (AR, baseline, S2D2) on the bundled
-model, exactly as the Run button would, and saves the traces.
+Decodes the first example with its model and preset (AR, baseline, S2D2),
+exactly as the Run button would, and saves the traces.
 """
 
 from __future__ import annotations
 
 from .bundle import bundle_json
-from .runner import BUNDLED, ModelCache, build_configs, resolve, run_all
+from .runner import ModelCache, build_configs, resolve, run_all
 from .ui import DEMO_COMPARISON, examples
 
 
 def main() -> None:
     first = examples()[0]
-    model = ModelCache().get(BUNDLED)
+    model = ModelCache().get(first["model"])
     traces = run_all(model, first["prompt"], build_configs(resolve(first["preset"])))
     DEMO_COMPARISON.write_text(bundle_json(traces))
     for name, trace in traces.items():

@@ -95,6 +95,29 @@ def _join(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+def step_place(trace: Trace, step: StepRecord) -> str:
+    """Which block the step worked on and, where blocks are decoded in sub-blocks (Fast-dLLM v2), which one.
+
+    A student reading "the drafter proposed 16 tokens" in a 32-token block
+    needs to know that only this sub-block was open to the draft.
+    """
+    place = f"block {step.block}"
+    block_length = trace.config.get("block_length") or 0
+    sub = trace.config.get("sub_block_length") or block_length
+    drafted = [p.position for p in step.positions if p.outcome != CARRIED]
+    if 0 < sub < block_length and drafted:
+        which = (min(drafted) - step.block_start) // sub + 1
+        place += f", sub-block {which} of {-(-block_length // sub)}"
+    return place
+
+
+def _edit_sentence(trace: Trace, edit) -> str:
+    return (
+        f"; then the editing pass (τ_edit) rewrote the already committed {quoted(trace, edit.old)} as "
+        f"{quoted(trace, edit.new)} at position {edit.position}, the new draft being {edit.confidence:.2f} sure of it"
+    )
+
+
 def step_sentence(trace: Trace, index: int, forwards: int) -> str:
     """What step ``index`` did, ending with the forwards spent so far."""
     step = trace.steps[index]
@@ -104,6 +127,7 @@ def step_sentence(trace: Trace, index: int, forwards: int) -> str:
     if trace.method == "ar":
         body = _ar_sentence(trace, step)
     else:
+        lead += f" ({step_place(trace, step)})"
         drafted = [p for p in mine if p.outcome != CARRIED]
         body = f"the drafter proposed {_plural(len(drafted), 'token')}"
         route = step.route
@@ -122,7 +146,7 @@ def step_sentence(trace: Trace, index: int, forwards: int) -> str:
         if f < len(trace.forwards) and trace.forwards[f].lookahead:
             body += LOOKAHEAD_WORDS[trace.forwards[f].lookahead]
     for edit in step.edits:
-        body += f"; it rewrote {quoted(trace, edit.old)} as {quoted(trace, edit.new)} at position {edit.position}"
+        body += _edit_sentence(trace, edit)
     ending = ""
     if index == len(trace.steps) - 1 and trace.stop_reason == "stop_token":
         ending = " The end-of-text token was committed, so the run stops."

@@ -28,6 +28,7 @@ from .bundle import bundle_json, load_bundle_file
 from .inspector import inspector_hint, inspector_html
 from .runner import (
     BASELINE_RULE,
+    BUNDLED,
     RUN_NAMES,
     SLIDER_MAX,
     TIMING_NOTE,
@@ -88,8 +89,11 @@ def model_choices() -> list[tuple[str, str]]:
 
 
 def examples() -> list[dict]:
-    """Each example: a prompt, the preset it runs with, and what it shows about S2D2."""
-    return json.loads((ASSETS / "examples.json").read_text())
+    """Each example: a prompt, the bundled model and preset it runs with, and what it shows about S2D2.
+
+    An example without a ``model`` runs on the default (SDAR) bundled model.
+    """
+    return [{"model": BUNDLED, **e} for e in json.loads((ASSETS / "examples.json").read_text())]
 
 
 OWN_PROMPT = "Your own prompt: run it to see what S2D2 does with it (the examples below each say what they show)."

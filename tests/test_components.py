@@ -164,7 +164,8 @@ def test_narration_says_what_each_step_did(runs):
         assert len(sentences) == len(trace.steps)
         assert spent[-1] == trace.summary.nfe
         for i, sentence in enumerate(sentences):
-            assert sentence.startswith(f"step {i}: ") and f"{spent[i]} forward" in sentence
+            lead = rf"step {i}: " if trace.method == "ar" else rf"step {i} \(block {trace.steps[i].block}\): "
+            assert re.match(lead, sentence) and f"{spent[i]} forward" in sentence, sentence
     s2d2 = runs["S2D2"]
     for i, step in enumerate(s2d2.steps):
         if step.accepted is not None:
@@ -359,3 +360,32 @@ def test_benchmark_table_headers_break_only_between_words():
     assert "word-break: normal !important" in header and "overflow-wrap: normal !important" in header
     assert "width: 16rem" in rules["#bench-table .header-cell.first-column "]  # the method column wraps its names
     assert 'elem_id="bench-table"' in (root / "app.py").read_text(encoding="utf-8")
+
+
+def test_sub_blocks_are_named_in_the_narration_and_marked_in_the_trajectory(family_models):
+    """Fast-dLLM v2 decodes a block in sub-blocks: each step says which one it drafted, and the figure draws
+    a light line where each sub-block starts inside a block."""
+    from components.narration import narrate
+    from s2d2 import DecodeConfig, generate
+
+    model = family_models["fast_dllm_v2"]
+    config = DecodeConfig(method="dynamic", block_length=32, sub_block_length=8, steps=8, threshold=0.9,
+                          max_new_tokens=48)  # fmt: skip
+    saved, model.stop_token_ids = model.stop_token_ids, []
+    try:
+        trace = generate(model, "Ann has 3 pens. She buys 2 more.", config)
+    finally:
+        model.stop_token_ids = saved
+    named = set()
+    for step, sentence in zip(trace.steps, narrate(trace)):
+        drafted = [p.position for p in step.positions if p.outcome != "carried"]
+        if drafted:
+            which = (min(drafted) - step.block_start) // 8 + 1
+            assert f"(block {step.block}, sub-block {which} of 4)" in sentence, sentence
+            named.add((step.block, which))
+    assert len(named) >= 6, "every sub-block of the answer was drafted and named"
+    figure = trajectory_figure(trace, "Baseline trajectory")
+    light = sorted(shape.x0 + 0.5 for shape in figure.layout.shapes if shape.line.color == "#94a3b8")
+    inside = {s.block_start + k for s in trace.steps for k in (8, 16, 24)}
+    assert light and light == sorted(p for p in inside if 0 < p < len(trace.output_ids))
+    assert "sub-blocks of 8" in figure.layout.title.text
