@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from s2d2.trace import FORWARD_KINDS, KEPT, OUTCOMES, RESAMPLED, Trace
 
-from .narration import forwards_after, narrate
+from .narration import forwards_after, narrate, sub_blocks
 from .palette import (
     DRAFTED,
     KIND_COLORS,
@@ -132,7 +132,8 @@ def _curtain(k: int, n: int, steps: int) -> dict:
 def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     """The decoding replayed: which position was drafted and committed at each step.
 
-    Bottom: one row per step, one column per generated position, blocks marked (dark dotted lines), sub-blocks too (light).
+    Bottom: one row per step, one column per generated position, blocks marked
+    (dark dotted lines), and sub-blocks inside them (light).
     Top: the sequence as it stood after the step chosen on the slider or by
     the page's ▶ Play, with a veil over later steps. Gradio renders with
     ``Plotly.react``, which drops ``frames``, so the frames travel in
@@ -252,11 +253,11 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
 
 def sub_block_starts(trace: Trace) -> list[int]:
     """Generated positions where a sub-block starts inside a block (Fast-dLLM v2's sub-block decoding)."""
-    block_length = trace.config.get("block_length") or 0
-    sub = trace.config.get("sub_block_length") or block_length
-    if not 0 < sub < block_length:
+    layout = sub_blocks(trace)
+    if layout is None:
         return []
-    starts = {s.block_start + k * sub for s in trace.steps for k in range(1, -(-block_length // sub))}
+    sub, count = layout
+    starts = {s.block_start + k * sub for s in trace.steps for k in range(1, count)}
     return sorted(p for p in starts if 0 < p < len(trace.output_ids))
 
 

@@ -95,19 +95,25 @@ def _join(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+def sub_blocks(trace: Trace) -> tuple[int, int] | None:
+    """``(sub-block length, sub-blocks per block)`` when the run decoded its blocks in sub-blocks (Fast-dLLM v2)."""
+    block_length = trace.config.get("block_length") or 0
+    sub = trace.config.get("sub_block_length") or block_length
+    return (sub, -(-block_length // sub)) if 0 < sub < block_length else None
+
+
 def step_place(trace: Trace, step: StepRecord) -> str:
-    """Which block the step worked on and, where blocks are decoded in sub-blocks (Fast-dLLM v2), which one.
+    """Which block the step worked on and, where blocks are decoded in sub-blocks, which one.
 
     A student reading "the drafter proposed 16 tokens" in a 32-token block
     needs to know that only this sub-block was open to the draft.
     """
     place = f"block {step.block}"
-    block_length = trace.config.get("block_length") or 0
-    sub = trace.config.get("sub_block_length") or block_length
+    layout = sub_blocks(trace)
     drafted = [p.position for p in step.positions if p.outcome != CARRIED]
-    if 0 < sub < block_length and drafted:
-        which = (min(drafted) - step.block_start) // sub + 1
-        place += f", sub-block {which} of {-(-block_length // sub)}"
+    if layout and drafted:
+        sub, count = layout
+        place += f", sub-block {(min(drafted) - step.block_start) // sub + 1} of {count}"
     return place
 
 
