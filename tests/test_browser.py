@@ -122,7 +122,9 @@ def test_run_an_example_and_replay_the_trajectory(page):
     rail.scroll_into_view_if_needed()
     box = rail.bounding_box()
     page.mouse.click(box["x"] + 3, box["y"] + box["height"] / 2)
-    expect(page.locator("#player-s2d2 .narration")).to_contain_text("step 0: the drafter proposed", timeout=5_000)
+    expect(page.locator("#player-s2d2 .narration")).to_contain_text(
+        "step 0 (block 0): the drafter proposed", timeout=5_000
+    )
     expect(page.locator("#player-s2d2 .narration")).to_contain_text("the verifier accepted")
     after = plot_data(page, "plot-trajectory-s2d2")[0]
     assert after != before, "moving the slider to the first step must change the sequence strip"
@@ -139,7 +141,7 @@ def test_run_an_example_and_replay_the_trajectory(page):
         page.wait_for_timeout(100)
     assert slider_active(page, "plot-trajectory-s2d2") == steps - 1, "Play ends on the last step"
     assert len(seen) >= min(steps, 2), f"the slider followed Play through {sorted(seen)}"
-    expect(page.locator("#player-s2d2 .narration")).to_contain_text(f"step {steps - 1}:")
+    expect(page.locator("#player-s2d2 .narration")).to_contain_text(f"step {steps - 1} (block ")
     assert page.locator("#text-s2d2 .tok-future").count() == 0
 
     # The lockstep replay: S2D2 finishes while AR is still writing.
@@ -158,6 +160,24 @@ def test_run_an_example_and_replay_the_trajectory(page):
         page.wait_for_timeout(300)
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
     page.get_by_role("tab", name="Trajectory").click()
+
+
+def test_a_fast_dllm_example_picks_its_model_and_the_narration_names_sub_blocks(page):
+    from playwright.sync_api import expect
+
+    from components.ui import BUNDLED_LABELS, examples
+
+    fast = next(e for e in examples() if e["model"] == "bundled-fast-dllm-v2")
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_text(fast["prompt"][:40]).first.click()
+    expect(page.locator("#prompt textarea")).to_have_value(fast["prompt"], timeout=15_000)
+    expect(page.locator("#model input")).to_have_value(BUNDLED_LABELS["bundled-fast-dllm-v2"], timeout=5_000)
+    expect(page.locator("#lesson textarea")).to_have_value(fast["lesson"])
+    page.click("#run")
+    page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=120_000)
+    wait_plot(page, "plot-trajectory-s2d2")
+    expect(page.locator("#player-s2d2 .narration")).to_contain_text("sub-block")
+    page.screenshot(path=str(SHOTS / "09-fast-dllm-example.png"), full_page=True)
 
 
 def test_a_phone_wide_page_cuts_nothing_off(page):
