@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 runs=${RUNS:-runs}
-steps=${STEPS:-1150}
+steps=${STEPS:-900}
 
 "$python" -m s2d2.train --family llada2 --init-from assets/model-llada2 --out "$runs/llada2-arith" \
   --family-weights arith=0.5,chains=0.35,team=0.15 --batch-by-family --max-positions 512 \
