@@ -179,11 +179,26 @@ def test_the_lesson_box_describes_only_the_prompt_in_the_box():
     assert ui.lesson_for("") == ""
 
 
+def test_each_bundled_model_has_its_own_examples():
+    assert {e["model"] for e in EXAMPLES} == set(ui.BUNDLED_LABELS)
+    assert EXAMPLES[0]["model"] == "bundled", "the page opens on the default model's first example"
+
+
 def _rejected_in_a_sub_block(trace) -> bool:
     """A verifier rejection inside a sub-block smaller than the block: the Fast-dLLM v2 repair."""
     sub, block = trace.config.get("sub_block_length"), trace.config["block_length"]
     rejected = [s for s in trace.steps if s.accepted is not None and any(p.outcome == RESAMPLED for p in s.positions)]
     return bool(sub) and sub < block and bool(rejected)
+
+
+def _edit_overrides_a_resample(trace) -> bool:
+    """An editing pass rewrote a token that the verifier had committed earlier by resampling it."""
+    resampled: set[int] = set()
+    for step in trace.steps:
+        if any(e.position in resampled for e in step.edits):
+            return True
+        resampled |= {p.position for p in step.positions if p.outcome == RESAMPLED}
+    return False
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e['model']}:{e['shows']}:{e['prompt'][:20]}" for e in EXAMPLES])
@@ -195,6 +210,11 @@ def test_every_example_shows_what_it_says(example):
     if example["shows"] in ("repair", "sub-block-repair"):
         assert base.output_ids != ar.output_ids and s.rejections >= 1 and s2d2.output_ids == ar.output_ids
         assert example["shows"] == "repair" or _rejected_in_a_sub_block(s2d2)
+    elif example["shows"] == "edits-vs-verification":
+        assert base.summary.edits >= 1 and base.output_ids != ar.output_ids
+        assert s.rejections >= 1 and s2d2.output_ids == ar.output_ids
+    elif example["shows"] == "edit-overrides-verifier":
+        assert base.summary.edits >= 1 and _edit_overrides_a_resample(s2d2)
     elif example["shows"] == "all-accepted":
         assert s.verifications >= 1 and s.rejections == 0 and s2d2.output_ids == ar.output_ids
     else:
