@@ -63,6 +63,7 @@ def build_demo() -> gr.Blocks:
                     inputs=[prompt, model, preset, lesson],
                     label="Examples (held-out problems the bundled models never saw; each sets its model and preset)",
                     cache_examples=False,
+                    examples_per_page=len(ui.examples()),
                 )
                 status = gr.HTML(elem_id="status")
                 results = ui.results_area()

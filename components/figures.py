@@ -16,6 +16,7 @@ from s2d2.trace import FORWARD_KINDS, KEPT, OUTCOMES, RESAMPLED, Trace
 from .narration import forwards_after, narrate, sub_blocks
 from .palette import (
     DRAFTED,
+    EDITED,
     KIND_COLORS,
     LOOKAHEAD_COLORS,
     OUTCOME_COLORS,
@@ -106,7 +107,7 @@ def trajectory_grid(trace: Trace) -> tuple[list[list[float | None]], list[list[s
 
 
 def _sequence_at(trace: Trace, upto: int) -> tuple[list[float | None], list[str]]:
-    """The sequence after step ``upto``: committed tokens by outcome, current drafts in grey."""
+    """The sequence after step ``upto``: committed tokens by outcome (as edited by then), current drafts in grey."""
     n = len(trace.output_ids)
     z: list[float | None] = [None] * n
     text = [""] * n
@@ -120,6 +121,9 @@ def _sequence_at(trace: Trace, upto: int) -> tuple[list[float | None], list[str]
             elif index == upto:
                 z[p.position] = 0
                 text[p.position] = display_token(trace.text_of(p.token))
+        for e in step.edits:  # a rewrite replaces the committed token from its step on
+            if e.position < n:
+                text[e.position] = display_token(trace.text_of(e.new))
     return z, text
 
 
@@ -127,6 +131,26 @@ def _curtain(k: int, n: int, steps: int) -> dict:
     """A white veil over the grid rows after step ``k``: a filled scatter, so it slides smoothly."""
     top = k + 0.5
     return dict(x=[-0.5, n - 0.5, n - 0.5, -0.5, -0.5], y=[top, top, steps - 0.5, steps - 0.5, top])
+
+
+def _edit_marks(trace: Trace, upto: int) -> dict:
+    """Rings on the grid where the editing pass rewrote a committed token, up to step ``upto``.
+
+    An edit changes a token the grid already shows as committed, so without a mark of its own the
+    rewrite would be invisible in the figure (LLaDA2.x's τ_edit)."""
+    n = len(trace.output_ids)
+    x, y, text = [], [], []
+    for index, step in enumerate(trace.steps[: upto + 1]):
+        for e in step.edits:
+            if e.position < n:
+                old, new = display_token(trace.text_of(e.old)), display_token(trace.text_of(e.new))
+                x.append(e.position)
+                y.append(index)
+                text.append(
+                    f"pos {e.position}: {old!r} rewritten as {new!r}<br>by the editing pass (τ_edit),"
+                    f"<br>the new draft {e.confidence:.2f} sure"
+                )
+    return dict(x=x, y=y, text=text)
 
 
 def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
@@ -198,6 +222,18 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
         row=2,
         col=1,
     )
+    if any(step.edits for step in trace.steps):
+        fig.add_trace(
+            go.Scatter(
+                **_edit_marks(trace, steps - 1),
+                mode="markers",
+                marker=dict(symbol="circle-open", size=10, color=EDITED, line=dict(width=2.5)),
+                hovertemplate="%{text}<extra></extra>",
+                name="rewritten by the editing pass (τ_edit)",
+            ),
+            row=2,
+            col=1,
+        )
     for category, color in zip(CATEGORIES[: 1 + len(OUTCOMES)], colors):
         if category != "drafted" and not any(p.outcome == category for s in trace.steps for p in s.positions):
             continue
@@ -272,12 +308,14 @@ def _replay_meta(trace: Trace, run: str, shown: list[int]) -> dict:
     """What the page's player needs: one frame per shown step, its forward count and its sentence."""
     n, steps = len(trace.output_ids), len(trace.steps)
     spent, sentences = forwards_after(trace), narrate(trace)
+    edited = any(step.edits for step in trace.steps)
     frames = []
     for k in shown:
         strip_z, strip_text = _sequence_at(trace, k)
-        frames.append(
-            dict(name=str(k), traces=[0, 2], data=[dict(z=[strip_z], text=[strip_text]), _curtain(k, n, steps)])
-        )
+        traces, data = [0, 2], [dict(z=[strip_z], text=[strip_text]), _curtain(k, n, steps)]
+        if edited:  # the edit rings (trace 3, right after the curtain) show only the edits made by step k
+            traces, data = traces + [3], data + [_edit_marks(trace, k)]
+        frames.append(dict(name=str(k), traces=traces, data=data))
     return {
         "kind": "trajectory",
         "run": run,

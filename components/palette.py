@@ -40,6 +40,7 @@ OUTCOME_LABELS = {
     AR: "autoregressive step",
 }
 DRAFTED = "#e2e8f0"  # drafted this step but not committed
+EDITED = "#f59e0b"  # a committed token rewritten by the editing pass (the text view's dashed outline too)
 RUN_COLORS = {"AR": "#64748b", "Baseline": "#3b82f6", "S2D2": "#16a34a"}
 LOOKAHEAD_COLORS = {LOOKAHEAD_USED: "#0ea5e9", LOOKAHEAD_DISCARDED: "#cbd5e1"}
 KIND_COLORS = {"prefill": "#94a3b8", "draft": "#3b82f6", "verify": "#16a34a", "commit": "#f59e0b"}

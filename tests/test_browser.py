@@ -162,22 +162,32 @@ def test_run_an_example_and_replay_the_trajectory(page):
     page.get_by_role("tab", name="Trajectory").click()
 
 
-def test_a_fast_dllm_example_picks_its_model_and_the_narration_names_sub_blocks(page):
+@pytest.mark.parametrize(
+    "model_id, words, shot",
+    [
+        ("bundled-fast-dllm-v2", "sub-block", "09-fast-dllm-example"),
+        ("bundled-llada2", "editing pass", "09-llada2-example"),
+    ],
+)
+def test_an_example_of_another_family_sets_its_model_and_narrates_its_mechanism(page, model_id, words, shot):
+    """Fast-dLLM v2's narration names sub-blocks; LLaDA2's names the editing pass that rewrote a token."""
     from playwright.sync_api import expect
 
     from components.ui import BUNDLED_LABELS, examples
 
-    fast = next(e for e in examples() if e["model"] == "bundled-fast-dllm-v2")
+    example = next(e for e in examples() if e["model"] == model_id)
     page.get_by_role("tab", name="Compare").click()
-    page.get_by_text(fast["prompt"][:40]).first.click()
-    expect(page.locator("#prompt textarea")).to_have_value(fast["prompt"], timeout=15_000)
-    expect(page.locator("#model input")).to_have_value(BUNDLED_LABELS["bundled-fast-dllm-v2"], timeout=5_000)
-    expect(page.locator("#lesson textarea")).to_have_value(fast["lesson"])
+    page.get_by_text(example["prompt"][:40]).first.click()
+    expect(page.locator("#prompt textarea")).to_have_value(example["prompt"], timeout=15_000)
+    expect(page.locator("#model input")).to_have_value(BUNDLED_LABELS[model_id], timeout=5_000)
+    expect(page.locator("#lesson textarea")).to_have_value(example["lesson"])
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=120_000)
     wait_plot(page, "plot-trajectory-s2d2")
-    expect(page.locator("#player-s2d2 .narration")).to_contain_text("sub-block")
-    page.screenshot(path=str(SHOTS / "09-fast-dllm-example.png"), full_page=True)
+    page.get_by_role("tab", name="Trajectory").click()
+    players = page.locator("#player-s2d2 .narration, #player-baseline .narration")
+    expect(players.filter(has_text=words).first).to_be_visible(timeout=10_000)
+    page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
 
 
 def test_a_phone_wide_page_cuts_nothing_off(page):

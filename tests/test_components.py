@@ -389,3 +389,29 @@ def test_sub_blocks_are_named_in_the_narration_and_marked_in_the_trajectory(fami
     inside = {s.block_start + k for s in trace.steps for k in (8, 16, 24)}
     assert light and light == sorted(p for p in inside if 0 < p < len(trace.output_ids))
     assert "sub-blocks of 8" in figure.layout.title.text
+
+
+def test_edits_are_ringed_in_the_trajectory_and_appear_with_their_step():
+    """LLaDA2.x's editing pass rewrites tokens the grid already shows as committed: each rewrite gets a ring
+    at (position, step), and the replay's frame for step k shows only the edits made by then."""
+    from components.palette import display_token
+    from components.runner import build_configs, resolve, run_all
+    from components.ui import MODELS, examples
+
+    example = next(e for e in examples() if e["shows"] == "edit-overrides-verifier")
+    traces = run_all(MODELS.get(example["model"]), example["prompt"], build_configs(resolve(example["preset"])))
+    for trace in traces.values():
+        edits = [(e.position, k) for k, step in enumerate(trace.steps) for e in step.edits]
+        figure = trajectory_figure(trace, "trajectory")
+        rings = [t for t in figure.data if t.name == "rewritten by the editing pass (τ_edit)"]
+        frames = figure.layout.meta["s2d2"]["frames"]
+        if not edits:
+            assert not rings and all(f["traces"] == [0, 2] for f in frames)
+            continue
+        assert figure.data[3] is rings[0] and sorted(zip(rings[0].x, rings[0].y)) == sorted(edits)
+        for frame in frames:
+            k = int(frame["name"])
+            assert frame["traces"] == [0, 2, 3]
+            assert sorted(zip(frame["data"][2]["x"], frame["data"][2]["y"])) == sorted(e for e in edits if e[1] <= k)
+        final_strip = figure.data[0].text[0]
+        assert [final_strip[i] for i, _ in edits] == [display_token(trace.output_tokens[i]) for i, _ in edits]
