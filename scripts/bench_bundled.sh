@@ -5,7 +5,7 @@
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
 # SDAR and Fast-dLLM v2 run the paper-sized 500 problems per family (72 and 46 minutes on two cores);
-# LLaDA2 60 per family (18 minutes; LLADA2_PROBLEMS=500 takes about 2.5 hours). Nothing else may run
+# LLaDA2 100 per family (about 30 minutes; LLADA2_PROBLEMS=500 takes about 2.5 hours). Nothing else may run
 # meanwhile: the tables report wall time.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAST_PROBLEMS=... Fast-dLLM v2's,
@@ -19,7 +19,7 @@ launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${P
   --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
 problems=${PROBLEMS:-500}
 fast_problems=${FAST_PROBLEMS:-500}
-llada2_problems=${LLADA2_PROBLEMS:-60}
+llada2_problems=${LLADA2_PROBLEMS:-100}
 out=${OUT:-docs/results}
 
 "${launch[@]}" --model bundled --grid paper --problems "$problems" --dev-problems 30 --out "$out/bundled"
