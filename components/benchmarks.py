@@ -15,14 +15,14 @@ from s2d2.policies import always_verifies
 
 from .figures import FONT, empty_figure
 
-GROUP_STYLE = {
+BASELINE_STYLE = {
     "AR": ("#64748b", "star"),
     "static": ("#f59e0b", "square"),
-    "dynamic B=4": ("#93c5fd", "circle"),
-    "dynamic B=16": ("#2563eb", "circle"),
-    "dynamic": ("#3b82f6", "circle"),
-    "S2D2": ("#16a34a", "hexagon"),  # a run whose configuration the summary does not record
+    "threshold": ("#0891b2", "pentagon"),  # LLaDA2's threshold decoding at the paper's settings
 }
+# Each dynamic block (or sub-block) size is its own τ sweep, light blue for the smallest to dark for the largest.
+DYNAMIC_BLUES = ("#93c5fd", "#60a5fa", "#3b82f6", "#2563eb", "#1e40af")
+UNRECORDED_S2D2 = ("#16a34a", "hexagon")  # an S2D2 run whose configuration the summary does not record
 # S2D2 configurations: the router picks the colour, the acceptance test the shape, lookahead an open marker.
 ROUTER_STYLE = {
     "always": ("always", "#16a34a"),
@@ -39,11 +39,19 @@ AXES = {
 
 
 def method_group(name: str) -> str:
-    """Marker group of a method; each dynamic block size is its own τ sweep, drawn as a line."""
-    for group in GROUP_STYLE:
-        if name == group or name.startswith(group + " ") or (group == "dynamic" and name.startswith("dynamic")):
+    """Marker group of a method: a baseline, one dynamic size's τ sweep (drawn as a line), or S2D2."""
+    if name.startswith("dynamic"):
+        return name.split(" τ=")[0]
+    for group in BASELINE_STYLE:
+        if name == group or name.startswith(group + " "):
             return group
     return "S2D2"
+
+
+def _size(group: str) -> int:
+    """The block (or sub-block) size in a dynamic group's name ("dynamic sub-block=16" -> 16)."""
+    digits = "".join(c for c in group.rsplit("=", 1)[-1] if c.isdigit())
+    return int(digits or 0)
 
 
 def s2d2_kind(row: dict) -> tuple[str, str, bool] | None:
@@ -74,18 +82,25 @@ def kind_style(router: str, acceptance: str, lookahead: bool) -> tuple[str, dict
 def marker_groups(rows: list[dict]) -> list[tuple[str, dict, list[dict]]]:
     """(legend name, marker, rows) per legend entry: the baselines by group, then S2D2 by kind of configuration."""
     groups = []
-    for group, (color, symbol) in GROUP_STYLE.items():
-        members = [r for r in rows if method_group(r["method"]) == group]
-        if group != "S2D2":
-            groups.append((group, dict(color=color, symbol=symbol), members))
-            continue
-        kinds: dict = {}
-        for r in members:
+    for group, (color, symbol) in BASELINE_STYLE.items():
+        groups.append(
+            (group, dict(color=color, symbol=symbol), [r for r in rows if method_group(r["method"]) == group])
+        )
+    dynamic = sorted({method_group(r["method"]) for r in rows if r["method"].startswith("dynamic")}, key=_size)
+    for i, group in enumerate(dynamic):
+        color = DYNAMIC_BLUES[round((i + 1) * len(DYNAMIC_BLUES) / len(dynamic)) - 1]
+        groups.append(
+            (group, dict(color=color, symbol="circle"), [r for r in rows if method_group(r["method"]) == group])
+        )
+    kinds: dict = {}
+    for r in rows:
+        if method_group(r["method"]) == "S2D2":
             kinds.setdefault(s2d2_kind(r), []).append(r)
-        groups.append((group, dict(color=color, symbol=symbol), kinds.pop(None, [])))
-        routers, acceptances = list(ROUTER_STYLE), list(ACCEPTANCE_SYMBOL)
-        for kind in sorted(kinds, key=lambda k: (routers.index(k[0]), acceptances.index(k[1]), k[2])):
-            groups.append((*kind_style(*kind), kinds[kind]))
+    color, symbol = UNRECORDED_S2D2
+    groups.append(("S2D2", dict(color=color, symbol=symbol), kinds.pop(None, [])))
+    routers, acceptances = list(ROUTER_STYLE), list(ACCEPTANCE_SYMBOL)
+    for kind in sorted(kinds, key=lambda k: (routers.index(k[0]), acceptances.index(k[1]), k[2])):
+        groups.append((*kind_style(*kind), kinds[kind]))
     return [g for g in groups if g[2]]
 
 

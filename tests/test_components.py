@@ -317,11 +317,18 @@ def test_frontier_gives_each_kind_of_s2d2_configuration_its_own_legend_entry():
         row("S2D2 B=4 min span 2", 8, policy="min_span", tau_span=2),
         row("S2D2 B=4 hysteresis", 9, policy="hysteresis"),
         {"method": "S2D2 from an older summary", "accuracy": 0.8, "nfe_per_problem": 4, "wall_per_problem": 0.1},
+        row("threshold B=32 quality + editing", 8, DecodeConfig(method="dynamic", edit_threshold=0.5)),
+        row("dynamic B=32 τ=0.7", 5, DecodeConfig(method="dynamic")),
+        row("dynamic B=8 τ=0.9", 9, DecodeConfig(method="dynamic")),
+        row("dynamic B=8 τ=0.5", 7, DecodeConfig(method="dynamic")),
     ]
     fig = frontier_figure(rows, "nfe")
     by_name = {t.name: t for t in fig.data}
     assert list(by_name) == [
         "AR",
+        "threshold",
+        "dynamic B=8",
+        "dynamic B=32",
         "S2D2",
         "S2D2 always, stochastic",
         "S2D2 always, stochastic + lookahead",
@@ -333,6 +340,9 @@ def test_frontier_gives_each_kind_of_s2d2_configuration_its_own_legend_entry():
     # c = 0 verifies every span, so those runs are "always" whatever the router's name; B=4 and B=16 share a marker.
     assert list(by_name["S2D2 always, stochastic"].text) == ["S2D2 B=16 always (c=0)", "S2D2 B=4 always (c=0)"]
     assert list(by_name["S2D2"].text) == ["S2D2 from an older summary"]  # no config: drawn as before
+    # LLaDA2's threshold settings are a baseline, and each dynamic size is its own τ sweep (a line).
+    assert list(by_name["dynamic B=8"].text) == ["dynamic B=8 τ=0.5", "dynamic B=8 τ=0.9"]
+    assert by_name["dynamic B=8"].mode == "markers+lines" and by_name["threshold"].mode == "markers"
     markers = {name: (t.marker.color, t.marker.symbol) for name, t in by_name.items()}
     assert len(set(markers.values())) == len(markers)  # a reader can tell every legend entry apart
     assert markers["S2D2 always, stochastic + lookahead"] == ("#16a34a", "diamond-open")
