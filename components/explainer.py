@@ -126,6 +126,13 @@ rejected; the residual mass Σ(q − p)+ is exactly the rejection probability. T
 estimate α of each draft's acceptance gives the expected accepted length E[K] = Σₖ Πᵢ≤ₖ αᵢ; policies
 compare E[K] − c (or E[K] − c·n_high, what diffusion would commit for free) with thresholds, with
 hysteresis, or learn it with a bandit.</p>
+<p><b>Three families, one idea.</b> <i>SDAR</i> decodes each block as above. <i>Fast-dLLM v2</i> was made
+from an autoregressive model, so the output at each position predicts the next token, and it opens a
+32-token block in <b>sub-blocks</b> (light dotted lines in the trajectory): only the open sub-block is
+drafted, and S2D2 verifies inside it. <i>LLaDA2.x</i> can also <b>edit</b>: when a later draft is more
+sure than τ_edit that an already committed token should be another one, it rewrites it (ringed in the
+trajectory). The verifier checks drafts before they are committed and never re-checks an edited token,
+so in S2D2 runs edits are rare: they mend tokens committed without a check, or a sampled replacement.</p>
 </div>
 """
 
