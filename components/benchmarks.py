@@ -81,21 +81,17 @@ def kind_style(router: str, acceptance: str, lookahead: bool) -> tuple[str, dict
 
 def marker_groups(rows: list[dict]) -> list[tuple[str, dict, list[dict]]]:
     """(legend name, marker, rows) per legend entry: the baselines by group, then S2D2 by kind of configuration."""
-    groups = []
-    for group, (color, symbol) in BASELINE_STYLE.items():
-        groups.append(
-            (group, dict(color=color, symbol=symbol), [r for r in rows if method_group(r["method"]) == group])
-        )
-    dynamic = sorted({method_group(r["method"]) for r in rows if r["method"].startswith("dynamic")}, key=_size)
+    by_group: dict[str, list[dict]] = {}
+    for r in rows:
+        by_group.setdefault(method_group(r["method"]), []).append(r)
+    groups = [(group, dict(color=c, symbol=sym), by_group.get(group, [])) for group, (c, sym) in BASELINE_STYLE.items()]
+    dynamic = sorted((g for g in by_group if g.startswith("dynamic")), key=_size)
     for i, group in enumerate(dynamic):
         color = DYNAMIC_BLUES[round((i + 1) * len(DYNAMIC_BLUES) / len(dynamic)) - 1]
-        groups.append(
-            (group, dict(color=color, symbol="circle"), [r for r in rows if method_group(r["method"]) == group])
-        )
+        groups.append((group, dict(color=color, symbol="circle"), by_group[group]))
     kinds: dict = {}
-    for r in rows:
-        if method_group(r["method"]) == "S2D2":
-            kinds.setdefault(s2d2_kind(r), []).append(r)
+    for r in by_group.get("S2D2", []):
+        kinds.setdefault(s2d2_kind(r), []).append(r)
     color, symbol = UNRECORDED_S2D2
     groups.append(("S2D2", dict(color=color, symbol=symbol), kinds.pop(None, [])))
     routers, acceptances = list(ROUTER_STYLE), list(ACCEPTANCE_SYMBOL)

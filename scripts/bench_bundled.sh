@@ -5,7 +5,7 @@
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
 # SDAR and Fast-dLLM v2 run the paper-sized 500 problems per family (72 and 46 minutes on two cores);
-# LLaDA2 100 per family (about 30 minutes; LLADA2_PROBLEMS=500 takes about 2.5 hours). Nothing else may run
+# LLaDA2 100 per family (22 minutes; LLADA2_PROBLEMS=500 takes about an hour and three quarters). Nothing else may run
 # meanwhile: the tables report wall time.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAST_PROBLEMS=... Fast-dLLM v2's,
