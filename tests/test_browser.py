@@ -173,6 +173,7 @@ def test_an_example_of_another_family_sets_its_model_and_narrates_its_mechanism(
     """Fast-dLLM v2's narration names sub-blocks; LLaDA2's names the editing pass that rewrote a token."""
     from playwright.sync_api import expect
 
+    from components.runner import preset_values
     from components.ui import BUNDLED_LABELS, examples
 
     example = next(e for e in examples() if e["model"] == model_id)
@@ -181,6 +182,13 @@ def test_an_example_of_another_family_sets_its_model_and_narrates_its_mechanism(
     expect(page.locator("#prompt textarea")).to_have_value(example["prompt"], timeout=15_000)
     expect(page.locator("#model input")).to_have_value(BUNDLED_LABELS[model_id], timeout=5_000)
     expect(page.locator("#lesson textarea")).to_have_value(example["lesson"])
+    # The example sets the preset, whose settings reach the panel in a round trip of their own: wait for them
+    # (in the Settings accordion, which renders its controls only while open).
+    settings = page.locator("#settings").get_by_text("Settings").first
+    settings.click()
+    threshold = str(preset_values(example["preset"])["threshold"])
+    expect(page.locator("#set-threshold input[type=number]")).to_have_value(threshold, timeout=5_000)
+    settings.click()  # closed again, as the later tests expect
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=120_000)
     wait_plot(page, "plot-trajectory-s2d2")
