@@ -94,9 +94,11 @@ def build_demo() -> gr.Blocks:
         # Page-only events stay out of the API; /compare and /generate are the API.
         page = dict(api_visibility="private")
         preset.change(ui.apply_preset, preset, settings.components(), **page)
+        for control in settings.components():  # a hand edit leaves the preset; in the page, no round trip
+            control.input(None, None, preset, js="() => 'custom'", **page)
         prompt.change(ui.lesson_for, prompt, lesson, **page)
         outputs = [status, *results.components(), export]
-        inputs = [model, prompt, *settings.components()]
+        inputs = [model, prompt, preset, *settings.components()]
         run_event = run.click(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)
         submit_event = prompt.submit(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)
         cancel.click(ui.cancel_run, None, status, cancels=[run_event, submit_event], queue=False, **page)

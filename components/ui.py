@@ -211,17 +211,24 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
     return preset, panel
 
 
-def apply_preset(name: str) -> list:
-    """Settings updates for a preset (``custom`` changes nothing, ``defaults`` restores the dashboard's)."""
-    names = panel_order()
+def preset_panel_values(name: str) -> dict:
+    """The panel values a preset sets, by setting name (as the page sends them); none for ``custom``.
+
+    Shared by the preset picker and the Run handler: the picker fills the panel
+    in a round trip of its own, and a Run clicked before that trip returns would
+    otherwise decode with the previous settings while the picker shows the new preset.
+    """
     if name == "custom" or (name not in PRESETS and name != "defaults"):
-        return [gr.update() for _ in names]
+        return {}
     values = defaults() if name == "defaults" else preset_values(name)
     by_name = {s.name: s for s in panel_settings()}
-    return [
-        gr.update(value=_value(by_name[n], values[n]) if n in by_name else values[n]) if n in values else gr.update()
-        for n in names
-    ]
+    return {n: _value(by_name[n], values[n]) if n in by_name else values[n] for n in panel_order() if n in values}
+
+
+def apply_preset(name: str) -> list:
+    """Settings updates for a preset (``custom`` changes nothing, ``defaults`` restores the dashboard's)."""
+    values = preset_panel_values(name)
+    return [gr.update(value=values[n]) if n in values else gr.update() for n in panel_order()]
 
 
 # -- results -------------------------------------------------------------------
@@ -352,24 +359,29 @@ def _drop_cancel_event(request: gr.Request | None, event: threading.Event) -> No
         del _CANCELS[key]
 
 
-def run_comparison(model_id: str, prompt: str, *values, request: gr.Request = None) -> Iterator[list]:
+def run_comparison(model_id: str, prompt: str, preset: str, *values, request: gr.Request = None) -> Iterator[list]:
     """Decode with AR, the baseline and S2D2, streaming each run's text and trajectory as blocks commit.
 
+    ``values`` are the panel's settings in :func:`panel_order`; a picked preset
+    (anything but ``custom``) overrides the ones it sets, so the run matches the
+    preset the page shows even when its panel update has not arrived yet. Editing
+    a setting by hand sets the picker back to ``custom`` in the page.
     Yields status, results and the export file. Bad input or a model that
     cannot load leaves the previous results in place and says why.
     """
     cancel = _new_cancel_event(request)
+    given = {**dict(zip(panel_order(), values)), **preset_panel_values(preset)}
     try:
-        yield from _run_comparison(model_id, prompt, values, request, cancel)
+        yield from _run_comparison(model_id, prompt, given, request, cancel)
     finally:
         _drop_cancel_event(request, cancel)
 
 
-def _run_comparison(model_id: str, prompt: str, values, request, cancel: threading.Event) -> Iterator[list]:
+def _run_comparison(model_id: str, prompt: str, given: dict, request, cancel: threading.Event) -> Iterator[list]:
     keep = [gr.update()] * RESULT_SLOTS
     try:
         prompt = check_prompt(prompt)
-        configs = build_configs(resolve(given=dict(zip(panel_order(), values))))
+        configs = build_configs(resolve(given=given))
         lines: list[str] = []
         model = MODELS.get(model_id, announce=lines.append)
         shown: dict[str, Trace] = {}

@@ -11,7 +11,8 @@ accuracy, acceptance statistics and router decisions. Outputs in ``--out``:
 
 - ``runs.csv``: one row per (method, problem);
 - ``summary.json``: one entry per method, plus the run's metadata;
-- ``table.md``: a table shaped like the paper's Table 1;
+- ``table.md``: a table shaped like the paper's Table 1 and the other sections of
+  :mod:`s2d2.report` (which rebuilds it from the two files above);
 - ``tuning.json`` (with ``--tune``): every router candidate on the development
   split and the one chosen per block size, which then joins the test grid.
 
@@ -26,7 +27,6 @@ processes on a machine without GPUs); the main process merges the shards.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
@@ -49,6 +49,7 @@ from .evaluate import (
 )
 from .models import DEFAULT_MODEL, load_model
 from .progress import progress_bar
+from .report import report_markdown, table_markdown, write_runs
 from .tasks import families
 
 SCALING_BLOCKS = (4, 8, 16, 32)  # Figure 3's block sizes (Fast-dLLM v2: sub-block sizes inside its 32-token block)
@@ -312,101 +313,13 @@ def summarize(grid: dict[str, DecodeConfig], results: list[ProblemResult]) -> li
     return rows
 
 
-def table_markdown(rows: list[dict], family_names: list[str]) -> str:
-    """Paper Table 1 shape: accuracy per task and on average, forwards, tokens per forward, speedups."""
-
-    def pct(x):
-        return f"{100 * x:.1f}"
-
-    def times(x):
-        return "—" if x is None else f"{x:.2f}×"
-
-    head = (
-        "| method | "
-        + " | ".join(family_names)
-        + " | avg | NFE / problem | tokens / fwd | fed / fwd | wall s / problem "
-        "| speedup vs AR (NFE) | speedup vs AR (wall) | vs best dynamic at ≥ acc. (NFE) | (wall) | acceptance "
-        "| verify rate |"
-    )
-    lines = [head, "|---|" + "---:|" * (len(family_names) + 11)]
-    for r in rows:
-        acc = " | ".join(pct(r["accuracy_by_family"].get(f, 0.0)) for f in family_names)
-        accept = "—" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}%"
-        verify = "—" if r["verify_rate"] is None else f"{100 * r['verify_rate']:.0f}%"
-        lines.append(
-            f"| {r['method']} | {acc} | {pct(r['accuracy'])} | {r['nfe_per_problem']:.1f} | {r['tokens_per_forward']:.2f} | "
-            f"{r['tokens_fed_per_forward']:.1f} | "
-            f"{r['wall_per_problem']:.3f} | {times(r.get('speedup_nfe_vs_ar'))} | {times(r.get('speedup_wall_vs_ar'))} | "
-            f"{times(r['speedup_nfe_vs_best_dynamic'])} | {times(r['speedup_wall_vs_best_dynamic'])} | {accept} | "
-            f"{verify} |"
-        )
-    return "\n".join(lines)
-
-
-def regime_markdown(rows: list[dict], family_names: list[str]) -> str:
-    """Where S2D2 pays off, per task family: exact S2D2's cheapest block size against AR and against the
-    cheapest dynamic setting at least as accurate on that family, in forwards and in wall time."""
-    exact = [r for r in rows if " exact" in r["method"]]
-    dynamic = [r for r in rows if r["method"].startswith("dynamic")]
-    ar = next((r for r in rows if r["method"] == "AR"), None)
-    if not exact or ar is None:
-        return ""
-    lines = [
-        "| family | AR NFE | exact S2D2 (fewest forwards) | its acc. | NFE | wall s | × fewer forwards than AR "
-        "| cheapest dynamic at ≥ acc. (NFE) | × fewer forwards | fastest dynamic at ≥ acc. (wall) | × less wall time |",
-        "|---|---:|---|---:|---:|---:|---:|---|---:|---|---:|",
-    ]
-
-    def ratio(reference, key, value):
-        return f"{reference[key][f] / value:.2f}×" if reference else "—"
-
-    for f in family_names:
-        best = min(exact, key=lambda r: r["nfe_by_family"][f])
-        acc, nfe, wall = best["accuracy_by_family"][f], best["nfe_by_family"][f], best["wall_by_family"][f]
-        matched = [r for r in dynamic if r["accuracy_by_family"][f] >= acc]
-        by_nfe = min(matched, key=lambda r: r["nfe_by_family"][f]) if matched else None
-        by_wall = min(matched, key=lambda r: r["wall_by_family"][f]) if matched else None
-        nfe_ref = f"{by_nfe['method']} ({by_nfe['nfe_by_family'][f]:.1f})" if by_nfe else "none as accurate"
-        wall_ref = f"{by_wall['method']} ({by_wall['wall_by_family'][f]:.3f} s)" if by_wall else "none as accurate"
-        lines.append(
-            f"| {f} | {ar['nfe_by_family'][f]:.1f} | {best['method']} | {100 * acc:.1f} | {nfe:.1f} | {wall:.3f} | "
-            f"{ar['nfe_by_family'][f] / nfe:.2f}× | {nfe_ref} | "
-            f"{ratio(by_nfe, 'nfe_by_family', nfe)} | {wall_ref} | {ratio(by_wall, 'wall_by_family', wall)} |"
-        )
-    return "\n".join(lines)
-
-
-def energy_markdown(rows: list[dict], family_names: list[str]) -> str:
-    """Figure 2 as numbers: each method's mean AR energy per output token, per family."""
-    lines = ["| method | " + " | ".join(family_names) + " |", "|---|" + "---:|" * len(family_names)]
-    for r in rows:
-        if r.get("ar_energy") is None:
-            continue
-        cells = " | ".join(
-            "—" if r["ar_energy_by_family"].get(f) is None else f"{r['ar_energy_by_family'][f]:.3f}"
-            for f in family_names
-        )
-        lines.append(f"| {r['method']} | {cells} |")
-    return "\n".join(lines)
-
-
 def write_outputs(out: Path, grid, results: list[ProblemResult], meta: dict, family_names: list[str]) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "runs.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(results[0])))
-        writer.writeheader()
-        writer.writerows(
-            asdict(r) for r in sorted(results, key=lambda r: (list(grid).index(r.method), r.family, r.index))
-        )
+    ordered = sorted(results, key=lambda r: (list(grid).index(r.method), r.family, r.index))
+    write_runs(out / "runs.csv", ordered)
     rows = summarize(grid, results)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "methods": rows}, indent=2) + "\n")
-    sections = [
-        table_markdown(rows, family_names),
-        "## Where S2D2 pays off, per family\n\n" + regime_markdown(rows, family_names),
-        "## AR energy per output token (−log q under the model at block size 1)\n\n"
-        + energy_markdown(rows, family_names),
-    ]
-    (out / "table.md").write_text("\n\n".join(sections) + "\n")
+    (out / "table.md").write_text(report_markdown(rows, ordered, family_names))
     return rows
 
 

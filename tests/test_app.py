@@ -9,7 +9,7 @@ import pytest
 from gradio_client import Client
 
 from components import ui
-from components.bundle import bundle_json
+from components.bundle import bundle_json, load_bundle_file
 from components.runner import RUN_NAMES, build_configs, defaults, resolve, run_all
 from s2d2.trace import RESAMPLED
 
@@ -103,13 +103,26 @@ def test_panel_controls_presets_and_handlers_share_one_order():
     assert updates["seed"] == gr.update(), "a preset keeps the sampling settings"
 
 
+def test_a_picked_preset_decides_the_run_even_before_the_panel_shows_it():
+    """Clicking Run straight after an example sends the panel's old values with the new preset."""
+    stale = page_values(max_new_tokens=8)
+    *_, export = final(ui.run_comparison("bundled", PROMPTS[0], "sdar-a", *stale))
+    traces = load_bundle_file(export["value"])
+    s2d2 = traces["S2D2"].config
+    assert (s2d2["block_length"], s2d2["threshold"]) == (4, 0.85), "the preset's values, not the panel's"
+    assert (defaults()["block_length"], defaults()["threshold"]) != (4, 0.85)
+    assert all(t.config["max_new_tokens"] == 8 for t in traces.values()), "settings the preset leaves are kept"
+    *_, export = final(ui.run_comparison("bundled", PROMPTS[0], "custom", *stale))
+    assert load_bundle_file(export["value"])["S2D2"].config["block_length"] == defaults()["block_length"]
+
+
 def final(generator) -> list:
     *_, last = generator
     return last
 
 
 def test_page_streams_then_shows_every_result():
-    updates = list(ui.run_comparison("bundled", PROMPTS[2], *page_values()))
+    updates = list(ui.run_comparison("bundled", PROMPTS[2], "custom", *page_values()))
     streamed, last = updates[:-1], updates[-1]
     assert streamed and all("Decoding" in u[0] or "timing them" in u[0] for u in streamed)
     assert {name for u in streamed for name in RUN_NAMES if f"Decoding {name}" in u[0]} == set(RUN_NAMES)
@@ -128,12 +141,12 @@ def test_page_streams_then_shows_every_result():
     ],
 )
 def test_bad_page_input_gives_the_same_message(prompt, changes, message):
-    status, *_ = final(ui.run_comparison("bundled", prompt, *page_values(**changes)))
+    status, *_ = final(ui.run_comparison("bundled", prompt, "custom", *page_values(**changes)))
     assert "status-error" in status and message in status
 
 
 def test_unknown_model_gives_a_clear_message():
-    status, *_ = final(ui.run_comparison("nobody/nothing-here", PROMPTS[0], *page_values()))
+    status, *_ = final(ui.run_comparison("nobody/nothing-here", PROMPTS[0], "custom", *page_values()))
     assert "status-error" in status and "unknown model" in status
 
 
@@ -141,7 +154,7 @@ def test_cancel_stops_a_running_decode():
     class Request:
         session_hash = "cancel-test"
 
-    stream = ui.run_comparison("bundled", PROMPTS[1], *page_values(), request=Request())
+    stream = ui.run_comparison("bundled", PROMPTS[1], "custom", *page_values(), request=Request())
     first = next(stream)
     assert "Decoding" in first[0]
     assert "cancel-test" in ui._CANCELS
@@ -149,7 +162,7 @@ def test_cancel_stops_a_running_decode():
     last = final(stream)
     assert "Cancelled" in last[0]
     assert "cancel-test" not in ui._CANCELS, "a finished run's cancel event is dropped"
-    final(ui.run_comparison("bundled", "   ", *page_values(), request=Request()))
+    final(ui.run_comparison("bundled", "   ", "custom", *page_values(), request=Request()))
     assert "cancel-test" not in ui._CANCELS, "so is a run refused for bad input"
 
 

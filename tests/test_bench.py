@@ -14,7 +14,8 @@ from two_processes import launch_two_processes
 
 from components import benchmarks
 from components.benchmarks import frontier_figure, load_summary, summary_frame
-from s2d2 import bench
+from s2d2 import bench, report
+from s2d2.evaluate import ProblemResult
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--grid", "tiny", "--problems", "5", "--max-new-tokens", "12"]
@@ -34,7 +35,11 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     table = (single / "table.md").read_text()
     table_1 = table.split("\n\n")[0]
     assert table_1.count("\n") == 3 and "| AR |" in table_1 and "speedup vs AR" in table_1
-    assert "## AR energy per output token" in table and "## Where S2D2 pays off" in table
+    assert "## AR energy per output token" in table and "## Outputs identical to AR's" in table
+    assert "## Where S2D2 pays off" not in table, "the tiny grid has no exact S2D2 row to compare"
+    ar_outputs = {(r["family"], r["index"]): r["output"] for r in rows if r["method"] == "AR"}
+    same = sum(ar_outputs[(r["family"], r["index"])] == r["output"] for r in rows if r["method"] != "AR")
+    assert f"| S2D2 B=4 always (c=0) | {same}/15 (" in table
     summary = load_summary(single / "summary.json")
     ar, s2d2 = summary["methods"]
     assert ar["speedup_nfe_vs_ar"] == 1.0
@@ -48,6 +53,35 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     fig = frontier_figure(summary["methods"], "nfe")
     assert sorted(t.name for t in fig.data) == ["AR", "S2D2 always, stochastic + lookahead"]
     assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
+
+
+def test_report_rebuilds_the_table_from_the_saved_runs(single, tmp_path):
+    """python -m s2d2.report rewrites table.md from runs.csv and summary.json alone, as the run wrote it."""
+    for name in ("runs.csv", "summary.json"):
+        (tmp_path / name).write_bytes((single / name).read_bytes())
+    report.main([str(tmp_path)])
+    assert (tmp_path / "table.md").read_text() == (single / "table.md").read_text()
+    assert report.read_runs(tmp_path / "runs.csv") == report.read_runs(single / "runs.csv")
+    first = report.read_runs(single / "runs.csv")[0]
+    assert isinstance(first.correct, bool) and isinstance(first.nfe, int) and isinstance(first.ar_energy, float)
+
+
+def test_editing_report_counts_the_outputs_editing_changed():
+    def result(method, family, index, output, correct, energy):
+        return ProblemResult(method, family, index, correct, 3, 3, 0.1, 0, 0, 0, 0, 0, output, ar_energy=energy)
+
+    results = [
+        result("threshold + editing", "arith", 0, "8", True, 0.1),
+        result("threshold + editing", "arith", 1, "5", True, 0.2),
+        result("threshold + editing", "chains", 0, "x", False, 0.4),
+        result("threshold, no editing", "arith", 0, "8", True, 0.3),
+        result("threshold, no editing", "arith", 1, "6", False, 0.5),
+        result("threshold, no editing", "chains", 0, "y", False, 0.6),
+        result("AR", "arith", 0, "8", True, 0.0),
+    ]
+    table = report.editing_markdown(results, ["arith", "chains"])
+    assert table.splitlines()[-1] == "| threshold | 2/3 (66.7%) | 1 | 1 | 66.7 / 33.3 | 0.150 / 0.400 | 0.400 / 0.600 |"
+    assert report.editing_markdown([r for r in results if "no editing" not in r.method], ["arith"]) == ""
 
 
 def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, tmp_path):

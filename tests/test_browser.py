@@ -11,6 +11,7 @@ update and click → all plots rendered, and saves screenshots to
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -182,19 +183,19 @@ def test_an_example_of_another_family_sets_its_model_and_narrates_its_mechanism(
     expect(page.locator("#prompt textarea")).to_have_value(example["prompt"], timeout=15_000)
     expect(page.locator("#model input")).to_have_value(BUNDLED_LABELS[model_id], timeout=5_000)
     expect(page.locator("#lesson textarea")).to_have_value(example["lesson"])
-    # The example sets the preset, whose settings reach the panel in a round trip of their own: wait for them
-    # (in the Settings accordion, which renders its controls only while open).
-    settings = page.locator("#settings").get_by_text("Settings").first
-    settings.click()
-    threshold = str(preset_values(example["preset"])["threshold"])
-    expect(page.locator("#set-threshold input[type=number]")).to_have_value(threshold, timeout=5_000)
-    settings.click()  # closed again, as the later tests expect
+    # Run at once: the preset's settings reach the panel in a round trip of their own, and the run must
+    # decode with the preset all the same (the Run handler applies it).
     page.click("#run")
     page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=120_000)
     wait_plot(page, "plot-trajectory-s2d2")
     page.get_by_role("tab", name="Trajectory").click()
     players = page.locator("#player-s2d2 .narration, #player-baseline .narration")
     expect(players.filter(has_text=words).first).to_be_visible(timeout=10_000)
+    settings = page.locator("#settings").get_by_text("Settings").first
+    settings.click()  # the accordion renders its controls only while open
+    threshold = str(preset_values(example["preset"])["threshold"])
+    expect(page.locator("#set-threshold input[type=number]")).to_have_value(threshold, timeout=5_000)
+    settings.click()  # closed again, as the later tests expect
     page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
 
 
@@ -361,3 +362,25 @@ def test_inspector_reads_a_baseline_commit_against_its_threshold(page, app_url):
     expect(
         page.locator(f'#inspector-s2d2 .inspector[data-position="{token.get_attribute("data-pos")}"]')
     ).to_be_visible()
+
+
+def test_editing_a_setting_by_hand_sets_the_preset_back_to_custom(page):
+    """Otherwise Run would apply the preset the picker still shows over the hand-edited value."""
+    from playwright.sync_api import expect
+
+    from components.runner import preset_values
+    from components.ui import examples
+
+    example = next(e for e in examples() if e["preset"] != "custom")
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_text(example["prompt"][:40]).first.click()
+    expect(page.locator("#preset input")).to_have_value(re.compile(f"^{re.escape(example['preset'])}:"), timeout=5_000)
+    settings = page.locator("#settings").get_by_text("Settings").first
+    settings.click()
+    threshold = page.locator("#set-threshold input[type=number]")
+    expect(threshold).to_have_value(str(preset_values(example["preset"])["threshold"]), timeout=5_000)
+    threshold.fill("0.61")
+    threshold.press("Tab")
+    expect(page.locator("#preset input")).to_have_value("custom (keep the settings below)", timeout=5_000)
+    expect(threshold).to_have_value("0.61")
+    settings.click()
