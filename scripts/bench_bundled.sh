@@ -4,9 +4,9 @@
 #   Fast-dLLM v2 (Table 2, Figure 3 over sub-block sizes) -> docs/results/bundled-fast-dllm-v2
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
-# SDAR and Fast-dLLM v2 run the paper-sized 500 problems per family (72 and 46 minutes on two cores);
-# LLaDA2 100 per family (22 minutes; LLADA2_PROBLEMS=500 takes about an hour and three quarters). Nothing else may run
-# meanwhile: the tables report wall time.
+# Each runs the paper-sized 500 problems per family: SDAR 72, Fast-dLLM v2 46 and LLaDA2 107 minutes on two
+# cores. Nothing else may run meanwhile: the tables report wall time. s2d2.bench writes each table.md;
+# python -m s2d2.report DIR rebuilds it from runs.csv and summary.json.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAST_PROBLEMS=... Fast-dLLM v2's,
 #                              # LLADA2_PROBLEMS=... LLaDA2's
@@ -19,7 +19,7 @@ launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${P
   --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
 problems=${PROBLEMS:-500}
 fast_problems=${FAST_PROBLEMS:-500}
-llada2_problems=${LLADA2_PROBLEMS:-100}
+llada2_problems=${LLADA2_PROBLEMS:-500}
 out=${OUT:-docs/results}
 
 "${launch[@]}" --model bundled --grid paper --problems "$problems" --dev-problems 30 --out "$out/bundled"
