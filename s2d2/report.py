@@ -22,7 +22,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .evaluate import ProblemResult
+from .evaluate import ProblemResult, mean_energy
 
 EDITING, NO_EDITING = " + editing", ", no editing"
 
@@ -160,11 +160,6 @@ def agreement_markdown(results: list[ProblemResult], family_names: list[str]) ->
     return "\n".join(lines)
 
 
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def editing_markdown(results: list[ProblemResult], family_names: list[str]) -> str:
     """Each "+ editing" method against its "no editing" twin on the same problems: how many outputs
     editing changed (per family), and the accuracy and AR energy of both."""
@@ -184,7 +179,7 @@ def editing_markdown(results: list[ProblemResult], family_names: list[str]) -> s
     ]
 
     def energies(runs: dict) -> str:
-        per_family = [_mean([r.ar_energy for k, r in runs.items() if k[0] == f]) for f in family_names]
+        per_family = [mean_energy([r for k, r in runs.items() if k[0] == f]) for f in family_names]
         return " / ".join("—" if e is None else f"{e:.3f}" for e in per_family)
 
     def accuracy(runs: dict) -> str:
