@@ -69,7 +69,7 @@ def build_demo() -> gr.Blocks:
                 results = ui.results_area()
             with gr.Tab("Benchmarks", id="benchmarks"):
                 gr.Markdown(
-                    "Accuracy against cost for every method of `python -m s2d2.bench` on held-out problems "
+                    "Accuracy against cost for every method of `python -m s2d2.study.bench` on held-out problems "
                     "(see docs/BENCHMARKS.md). Load another run's `summary.json` to compare your own model."
                 )
                 with gr.Row():

@@ -180,10 +180,10 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def load_summary(path: str | Path) -> dict:
-    """A ``summary.json`` written by ``python -m s2d2.bench``."""
+    """A ``summary.json`` written by ``python -m s2d2.study.bench``."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict) or "methods" not in data:
-        raise ValueError("not a benchmark summary (expected the summary.json of python -m s2d2.bench)")
+        raise ValueError("not a benchmark summary (expected the summary.json of python -m s2d2.study.bench)")
     return data
 
 
@@ -216,7 +216,7 @@ def main(argv=None) -> None:
     from .study import write_study
 
     parser = argparse.ArgumentParser(prog="python -m components.benchmarks", description=main.__doc__)
-    parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.bench")
+    parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.study.bench")
     args = parser.parse_args(argv)
     data = load_summary(Path(args.results) / "summary.json")
     write_frontiers(data["methods"], Path(args.results), data.get("meta", {}))

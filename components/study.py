@@ -18,7 +18,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from s2d2.bench import AGGRESSIVE_DYNAMIC, SCALING_BLOCKS, scaling_series
+from s2d2.study.results import AGGRESSIVE_DYNAMIC, SCALING_BLOCKS, scaling_series
 
 from .figures import FONT, empty_figure
 
@@ -113,7 +113,7 @@ def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
     by_name = {r["method"]: r for r in rows}
     shown = [(name, color) for name, color in ENERGY_METHODS if by_name.get(name, {}).get("ar_energy") is not None]
     if not shown:
-        return empty_figure("This benchmark scored no AR energies (run s2d2.bench from this version).")
+        return empty_figure("This benchmark scored no AR energies (run s2d2.study.bench from this version).")
     fig = go.Figure()
     for name, color in shown:
         energies = by_name[name].get("ar_energy_by_family", {})

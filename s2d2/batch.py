@@ -59,7 +59,7 @@ from .trace import Trace
 
 SLACK_SLOTS = 64  # dead slots tolerated beyond the live ones before the cache is packed
 # What a forward's fixed cost is worth in positions computed: the cost model's a / b on the 2-core CPU
-# (9.8 ms / 0.097 ms, python -m s2d2.throughput). Joining prompts' prefills run apart from the rest of a
+# (9.8 ms / 0.097 ms, python -m s2d2.study.throughput). Joining prompts' prefills run apart from the rest of a
 # round only when that saves more padding than this.
 SPLIT_POSITIONS = 100
 

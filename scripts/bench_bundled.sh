@@ -5,8 +5,8 @@
 #   LLaDA2.x (Table 3, Figure 3 over B)         -> docs/results/bundled-llada2
 # Each grid first picks the dynamic baseline's τ per block size on a development split (--tune-dynamic).
 # Each runs the paper-sized 500 problems per family: SDAR 72, Fast-dLLM v2 46 and LLaDA2 107 minutes on two
-# cores. Nothing else may run meanwhile: the tables report wall time. s2d2.bench writes each table.md;
-# python -m s2d2.report DIR rebuilds it from runs.csv and summary.json.
+# cores. Nothing else may run meanwhile: the tables report wall time. s2d2.study.bench writes each table.md;
+# python -m s2d2.study.report DIR rebuilds it from runs.csv and summary.json.
 #
 #   scripts/bench_bundled.sh   # PROBLEMS=... SDAR problems per family, FAST_PROBLEMS=... Fast-dLLM v2's,
 #                              # LLADA2_PROBLEMS=... LLaDA2's
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 launch=("$python" -m accelerate.commands.launch --multi_gpu --num_processes "${PROCESSES:-2}" --num_machines 1
-  --mixed_precision no --dynamo_backend no -m s2d2.bench --families arith,team,chains --tune-dynamic)
+  --mixed_precision no --dynamo_backend no -m s2d2.study.bench --families arith,team,chains --tune-dynamic)
 problems=${PROBLEMS:-500}
 fast_problems=${FAST_PROBLEMS:-500}
 llada2_problems=${LLADA2_PROBLEMS:-500}

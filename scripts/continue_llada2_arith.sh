@@ -17,11 +17,11 @@ python=${PYTHON:-.venv/bin/python}
 runs=${RUNS:-runs}
 steps=${STEPS:-900}
 
-"$python" -m s2d2.train --family llada2 --init-from assets/model-llada2 --out "$runs/llada2-arith" \
+"$python" -m s2d2.training.train --family llada2 --init-from assets/model-llada2 --out "$runs/llada2-arith" \
   --family-weights arith=0.5,chains=0.35,team=0.15 --batch-by-family --max-positions 512 \
   --block-lengths 1,2,4,8,16,32 --block-weights 0.25,0.05,0.15,0.15,0.2,0.2 --edit-rate 0.1 \
   --steps "$steps" --batch-size 32 --lr 6e-4 --warmup 30 --min-lr 3e-5 --seed 14 \
   --checkpoint-every 50 --eval-every 0 --threads 2 --resume
 
-"$python" -m s2d2.evaluate --model "$runs/llada2-arith/checkpoint" --problems 60 --methods AR \
+"$python" -m s2d2.study.evaluate --model "$runs/llada2-arith/checkpoint" --problems 60 --methods AR \
   --families arith,team,chains

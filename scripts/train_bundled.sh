@@ -25,13 +25,13 @@ if [ ! -f "$runs/bundled-v1/model.safetensors" ]; then
 fi
 
 # Stage 1: 1,800 steps, 70% team batches, one family per batch (about 64 minutes).
-"$python" -m s2d2.train --out "$runs/bundled-v2-stage1" --init-from "$runs/bundled-v1" --steps 1800 --lr 1e-3 \
+"$python" -m s2d2.training.train --out "$runs/bundled-v2-stage1" --init-from "$runs/bundled-v1" --steps 1800 --lr 1e-3 \
   --warmup 100 --min-lr 5e-5 --family-weights arith=0.3,team=0.7 --batch-by-family \
   --checkpoint-every 100 --eval-every 200 --resume
 
 # Stage 2: 1,000 steps at half the learning rate, 80% team batches, fresh data order (about 36 minutes).
-"$python" -m s2d2.train --out "$runs/bundled-v2" --init-from "$runs/bundled-v2-stage1/checkpoint" --steps 1000 \
+"$python" -m s2d2.training.train --out "$runs/bundled-v2" --init-from "$runs/bundled-v2-stage1/checkpoint" --steps 1000 \
   --lr 5e-4 --warmup 50 --min-lr 2e-5 --family-weights arith=0.2,team=0.8 --batch-by-family --seed 3 \
   --checkpoint-every 100 --eval-every 250 --resume
 
-"$python" -m s2d2.evaluate --model "$runs/bundled-v2/checkpoint" --problems 500 --methods AR
+"$python" -m s2d2.study.evaluate --model "$runs/bundled-v2/checkpoint" --problems 500 --methods AR

@@ -24,13 +24,13 @@ threads=${THREADS:-0}  # 0: torch's default (every core)
 data=(--family-weights chains=0.55,arith=0.2,team=0.25 --batch-by-family --max-positions 512 --bd-size 32)
 
 # Stage 1: the autoregressive model Fast-dLLM v2 adapts (the real one starts from Qwen2.5-Instruct).
-"$python" -m s2d2.train --family fastdllm --objective causal --out "$runs/fastdllm-ar" \
+"$python" -m s2d2.training.train --family fastdllm --objective causal --out "$runs/fastdllm-ar" \
   --tokenizer-from assets/model "${data[@]}" --steps 1000 --batch-size 32 --lr 2e-3 --warmup 100 \
   --min-lr 1e-4 --seed 11 --checkpoint-every 50 --eval-every 250 --eval-problems 30 --threads "$threads" --resume
 
 # Stage 2: the block-diffusion adaptation, from stage 1's weights and tokenizer.
-"$python" -m s2d2.train --family fastdllm --out "$runs/fastdllm" --init-from "$runs/fastdllm-ar/checkpoint" \
+"$python" -m s2d2.training.train --family fastdllm --out "$runs/fastdllm" --init-from "$runs/fastdllm-ar/checkpoint" \
   "${data[@]}" --steps 600 --batch-size 16 --lr 1e-3 --warmup 50 --min-lr 5e-5 --causal-context 0.5 \
   --seed 12 --checkpoint-every 50 --eval-every 200 --eval-problems 30 --threads "$threads" --resume
 
-"$python" -m s2d2.evaluate --model "$runs/fastdllm/checkpoint" --problems 500 --methods AR
+"$python" -m s2d2.study.evaluate --model "$runs/fastdllm/checkpoint" --problems 500 --methods AR

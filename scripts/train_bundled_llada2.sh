@@ -22,10 +22,10 @@ python=${PYTHON:-.venv/bin/python}
 runs=${RUNS:-runs}
 threads=${THREADS:-0}  # 0: torch's default (every core)
 
-"$python" -m s2d2.train --family llada2 --out "$runs/llada2" --tokenizer-from assets/model \
+"$python" -m s2d2.training.train --family llada2 --out "$runs/llada2" --tokenizer-from assets/model \
   --family-weights chains=0.55,arith=0.2,team=0.25 --batch-by-family --max-positions 512 \
   --block-lengths 1,2,4,8,16,32 --block-weights 0.25,0.05,0.15,0.15,0.2,0.2 --edit-rate 0.1 \
   --steps 850 --batch-size 16 --lr 2e-3 --warmup 100 --min-lr 1e-4 --seed 13 \
   --checkpoint-every 50 --eval-every 250 --eval-problems 30 --threads "$threads" --resume
 
-"$python" -m s2d2.evaluate --model "$runs/llada2/checkpoint" --problems 500 --methods AR
+"$python" -m s2d2.study.evaluate --model "$runs/llada2/checkpoint" --problems 500 --methods AR

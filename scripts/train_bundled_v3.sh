@@ -31,10 +31,10 @@ fi
 
 # One stage: 55% chains batches (the long answers dominate the time), one family per batch, batch 32,
 # block lengths up to 32, learning rate 5e-4 with cosine decay.
-"$python" -m s2d2.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 500 \
+"$python" -m s2d2.training.train --out "$runs/bundled-v3" --init-from "$runs/bundled-v2-final" --steps 500 \
   --batch-size 32 --lr 5e-4 --warmup 50 --min-lr 2e-5 --max-positions 512 \
   --family-weights chains=0.55,arith=0.2,team=0.25 --batch-by-family \
   --block-lengths 1,2,4,8,16,32 --block-weights 0.25,0.05,0.15,0.15,0.2,0.2 --seed 5 \
   --checkpoint-every 50 --eval-every 200 --eval-problems 30 --threads "$threads" --resume
 
-"$python" -m s2d2.evaluate --model "$runs/bundled-v3/checkpoint" --problems 500 --methods AR
+"$python" -m s2d2.study.evaluate --model "$runs/bundled-v3/checkpoint" --problems 500 --methods AR

@@ -27,21 +27,21 @@ gpu=(--device "${DEVICE:-cuda}" --loader-workers 3 --steps 100000 --checkpoint-e
 mkdir -p "$runs"
 
 sdar() {
-  "$python" -m s2d2.train --out "$runs/bundled-v3-gpu" --init-from assets/model "${mix[@]}" "${blocks[@]}" \
+  "$python" -m s2d2.training.train --out "$runs/bundled-v3-gpu" --init-from assets/model "${mix[@]}" "${blocks[@]}" \
     --batch-size 64 --lr 1e-3 --warmup 100 --min-lr 2e-5 --seed 7 --time-budget "$budget" "${gpu[@]}"
 }
 
 fastdllm() {
-  "$python" -m s2d2.train --family fastdllm --objective causal --out "$runs/fastdllm-ar" \
+  "$python" -m s2d2.training.train --family fastdllm --objective causal --out "$runs/fastdllm-ar" \
     --tokenizer-from assets/model "${mix[@]}" --batch-size 64 --lr 2e-3 --warmup 200 --min-lr 1e-4 --seed 11 \
     --time-budget "$((budget * 2 / 5))" "${gpu[@]}"
-  "$python" -m s2d2.train --family fastdllm --out "$runs/fastdllm" --init-from "$runs/fastdllm-ar/checkpoint" \
+  "$python" -m s2d2.training.train --family fastdllm --out "$runs/fastdllm" --init-from "$runs/fastdllm-ar/checkpoint" \
     "${mix[@]}" --bd-size 32 --batch-size 32 --lr 1e-3 --warmup 100 --min-lr 5e-5 --causal-context 0.5 --seed 12 \
     --time-budget "$((budget * 3 / 5 - 15))" "${gpu[@]}"
 }
 
 llada2() {
-  "$python" -m s2d2.train --family llada2 --out "$runs/llada2" --tokenizer-from assets/model "${mix[@]}" \
+  "$python" -m s2d2.training.train --family llada2 --out "$runs/llada2" --tokenizer-from assets/model "${mix[@]}" \
     "${blocks[@]}" --edit-rate 0.1 --batch-size 32 --lr 2e-3 --warmup 200 --min-lr 1e-4 --seed 13 \
     --time-budget "$budget" "${gpu[@]}"
 }

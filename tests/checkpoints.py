@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from s2d2.tokenizer import EOS
+from s2d2.training.tokenizer import EOS
 
 INIT_STD = 0.15  # sharp, context-dependent predictions: decoders are not compared on ties
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2, 64, 4, 2, 16

@@ -18,7 +18,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 from s2d2.models import load_model
-from s2d2.train import TrainConfig, build_tokenizer, write_random_checkpoint
+from s2d2.training.train import TrainConfig, build_tokenizer, write_random_checkpoint
 
 TINY = TrainConfig(
     hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128, max_positions=512, tokenizer_corpus=500

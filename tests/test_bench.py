@@ -14,8 +14,8 @@ from two_processes import launch_two_processes
 
 from components import benchmarks
 from components.benchmarks import frontier_figure, load_summary, summary_frame
-from s2d2 import bench, report
-from s2d2.evaluate import ProblemResult
+from s2d2.study import bench, report, results
+from s2d2.study.evaluate import ProblemResult
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--grid", "tiny", "--problems", "5", "--max-new-tokens", "12"]
@@ -56,7 +56,7 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
 
 
 def test_report_rebuilds_the_table_from_the_saved_runs(single, tmp_path):
-    """python -m s2d2.report rewrites table.md from runs.csv and summary.json alone, as the run wrote it."""
+    """python -m s2d2.study.report rewrites table.md from runs.csv and summary.json alone, as the run wrote it."""
     for name in ("runs.csv", "summary.json"):
         (tmp_path / name).write_bytes((single / name).read_bytes())
     report.main([str(tmp_path)])
@@ -86,7 +86,7 @@ def test_editing_report_counts_the_outputs_editing_changed():
 
 def test_sharded_run_over_two_processes_merges_to_the_same_results(single, tiny_path, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    launch_two_processes(["s2d2.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path)], env)
+    launch_two_processes(["s2d2.study.bench", "--model", tiny_path, *ARGS, "--out", str(tmp_path)], env)
     sharded = json.loads((tmp_path / "summary.json").read_text())
     alone = json.loads((single / "summary.json").read_text())
     assert sharded["meta"]["processes"] == 2
@@ -110,7 +110,7 @@ def test_batched_run_decodes_every_problem_as_one_at_a_time(single, tiny_path, t
 
 def test_engine_never_imports_gradio_or_plotly():
     code = (
-        "import sys, s2d2.decode, s2d2.evaluate, s2d2.bench, s2d2.train, s2d2.models, s2d2.__main__; "
+        "import sys, s2d2.decode, s2d2.study.evaluate, s2d2.study.bench, s2d2.training.train, s2d2.models, s2d2.__main__; "
         "print(sorted(m for m in ('gradio', 'plotly') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -157,7 +157,7 @@ def test_tune_dynamic_chooses_the_most_accurate_tau_per_block_size_and_figure_3_
     args = ["--grid", "tiny", "--problems", "1", "--max-new-tokens", "8", "--tune-dynamic", "--dev-problems", "1"]
     bench.main(["--model", tiny_path, *args, "--families", "chains", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "dynamic_tuning.json").read_text())
-    assert set(report["chosen"]) == {str(B) for B in bench.SCALING_BLOCKS}
+    assert set(report["chosen"]) == {str(B) for B in results.SCALING_BLOCKS}
     for B, name in report["chosen"].items():
         at_b = [r for r in report["candidates"] if r["method"].startswith(f"dynamic B={B} ")]
         assert len(at_b) == len(bench.DYNAMIC_TAUS)
@@ -168,8 +168,8 @@ def test_tune_dynamic_chooses_the_most_accurate_tau_per_block_size_and_figure_3_
         {"method": name, "accuracy_by_family": {"chains": 0.5}, "nfe_by_family": {"chains": 10.0}}
         for name in [*report["chosen"].values(), "S2D2 B=4 always (c=0)", "S2D2 B=32 exact + lookahead"]
     ]
-    series = bench.scaling_series(rows, {int(B): n for B, n in report["chosen"].items()}, "chains")
-    assert [p["block_length"] for p in series["dynamic (best τ on dev)"]] == list(bench.SCALING_BLOCKS)
+    series = results.scaling_series(rows, {int(B): n for B, n in report["chosen"].items()}, "chains")
+    assert [p["block_length"] for p in series["dynamic (best τ on dev)"]] == list(results.SCALING_BLOCKS)
     assert [p["block_length"] for p in series["S2D2 config B (stochastic)"]] == [4]
     assert [p["block_length"] for p in series["S2D2 exact (greedy) + lookahead"]] == [32]
     assert len(scaling_figure(rows, meta, ["chains"]).data) == 3

@@ -13,10 +13,10 @@ from s2d2.config import DecodeConfig, preset_config
 from s2d2.decode import generate
 from s2d2.models import DEFAULT_MODEL, load_model
 from s2d2.models.sdar import SDARModel
-from s2d2.tasks import families, get_family, split_of
-from s2d2.tasks.team import parse_team
-from s2d2.tokenizer import chat_text
-from s2d2.train import ProblemStream, TrainConfig, train
+from s2d2.study.tasks import families, get_family, split_of
+from s2d2.study.tasks.team import parse_team
+from s2d2.training.tokenizer import chat_text
+from s2d2.training.train import ProblemStream, TrainConfig, train
 
 MODEL = Path(DEFAULT_MODEL)
 
@@ -152,7 +152,7 @@ def test_chains_answers_are_long_worked_lines_each_carrying_the_previous_total()
 def test_training_batches_fill_whole_blocks_of_every_trained_length(tokenizer):
     import torch
 
-    from s2d2.train import make_batch
+    from s2d2.training.train import make_batch
 
     texts = [next(ProblemStream({"chains": 1.0}, seed=1)) for _ in range(3)]
     for block_length in (1, 16, 32):

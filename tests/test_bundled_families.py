@@ -18,7 +18,7 @@ from s2d2.decode import generate
 from s2d2.models import BUNDLED_MODELS, ModelLoadError, load_model
 from s2d2.models.fastdllm import FastDLLMModel
 from s2d2.models.llada2 import LLaDA2Model
-from s2d2.tasks import get_family
+from s2d2.study.tasks import get_family
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -29,8 +29,8 @@ from s2d2.models.llada2 import LLaDA2AsGlm4MoeForCausalLM, LLaDA2Model, glm4_moe
 from s2d2.models.sdar import SDARModel
 from s2d2.policies import ESTIMATORS
 from s2d2.sampling import SamplingConfig, logits_to_probs
-from s2d2.tokenizer import EOS
 from s2d2.trace import Trace
+from s2d2.training.tokenizer import EOS
 
 FAMILIES = ("sdar", "fast_dllm_v2", "llada2")
 

@@ -27,7 +27,7 @@ from s2d2.models.fastdllm import FastDLLMModel
 from s2d2.models.llada2 import LLaDA2Model
 from s2d2.models.sdar import SDARModel
 from s2d2.sampling import SamplingConfig
-from s2d2.tokenizer import EOS
+from s2d2.training.tokenizer import EOS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""The lm-eval integration: ``python -m s2d2.lm_eval`` against ``s2d2.evaluate``, exact AR
+"""The lm-eval integration: ``python -m s2d2.lm_eval`` against ``s2d2.study.evaluate``, exact AR
 log-likelihoods against separate forwards, and a 2-process ``accelerate launch`` against one process."""
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from two_processes import launch_two_processes
 
 from s2d2 import DEFAULT_MODEL, config_from_settings, load_model
-from s2d2.evaluate import heldout_problems, run_problem, summarize_method
-from s2d2.lm_eval import S2D2LM
-from s2d2.lm_eval.harness import asks_only_project_tasks, with_project_tasks
-from s2d2.lm_eval.model import decode_settings
+from s2d2.integrations.lm_eval import S2D2LM
+from s2d2.integrations.lm_eval.harness import asks_only_project_tasks, with_project_tasks
+from s2d2.integrations.lm_eval.model import decode_settings
+from s2d2.study.evaluate import heldout_problems, run_problem, summarize_method
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 10
 MODEL_ARGS = f"pretrained={DEFAULT_MODEL},preset=sdar-b,acceptance=greedy"
-# The bundled model is a chat model and s2d2.evaluate prompts through its chat template, so the CLI is told to as well.
+# The bundled model is a chat model and s2d2.study.evaluate prompts through its chat template, so the CLI is told to as well.
 CLI_ARGS = ["--model", "s2d2", "--model_args", MODEL_ARGS, "--tasks", "s2d2_arith", "--limit", str(LIMIT)]
 CLI_ARGS += ["--apply_chat_template", "--device", "cpu", "--log_samples"]
 pytestmark = pytest.mark.usefixtures("one_thread")  # the in-process tests run tiny models

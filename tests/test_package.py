@@ -61,7 +61,7 @@ def test_console_script_runs():
 
 def test_lm_eval_entry_point_resolves_to_the_model_class():
     (model,) = [ep for ep in entry_points(group="lm_eval.models") if ep.name == "s2d2"]
-    from s2d2.lm_eval import S2D2LM
+    from s2d2.integrations.lm_eval import S2D2LM
 
     assert model.load() is S2D2LM
     # lm-eval's main branch reconciles the entry point with @register_model("s2d2") by this path.

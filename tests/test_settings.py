@@ -79,7 +79,7 @@ def test_cli_prints_the_decoding_order_and_fails_in_one_line(tiny_path, capsys):
 def test_every_entry_point_reads_setting_values_the_same_way():
     """The CLI and lm-eval send text, the dashboard and the API typed values: one coercion reads them all."""
     from components.runner import resolve
-    from s2d2.lm_eval.model import decode_settings
+    from s2d2.integrations.lm_eval.model import decode_settings
 
     text = {"cache_ver": "on", "lookahead": "off", "block_length": "8", "acceptance": "greedy", "steps": "none"}
     expected = {"cache_ver": True, "lookahead": False, "block_length": 8, "acceptance": "greedy", "steps": None}

@@ -1,8 +1,8 @@
-"""The Fast-dLLM v2 and LLaDA2.x training objectives (s2d2/objectives.py) and the checkpoints they write.
+"""The Fast-dLLM v2 and LLaDA2.x training objectives (s2d2/training/objectives.py) and the checkpoints they write.
 
 Tiny sizes and a few steps only: what is checked is that each objective asks the
 model the question its family's decoder asks (masks, token shift, editing
-targets), that a few steps lower the loss, and that ``python -m s2d2.train
+targets), that a few steps lower the loss, and that ``python -m s2d2.training.train
 --family ...`` writes a checkpoint ``load_model`` reads as that family and the
 engine decodes (exact S2D2 returns AR's output).
 """
@@ -17,14 +17,15 @@ import torch
 from helpers import exact_greedy_s2d2
 from safetensors.torch import load_file
 
-from s2d2 import masks, objectives
+from s2d2 import masks
 from s2d2.config import DecodeConfig
 from s2d2.decode import generate
 from s2d2.models import DEFAULT_MODEL, load_model
 from s2d2.models.fastdllm import FastDLLMModel
 from s2d2.models.llada2 import LLaDA2Model
-from s2d2.objectives import IGNORE
-from s2d2.train import (
+from s2d2.training import objectives
+from s2d2.training.objectives import IGNORE
+from s2d2.training.train import (
     BUDGET_PROBE,
     ProblemStream,
     StepBatches,
@@ -142,7 +143,7 @@ def test_llada2_editing_corrupts_visible_tokens_and_asks_for_the_originals(encod
     "family, objective", [("fastdllm", "causal"), ("fastdllm", "diffusion"), ("llada2", "diffusion")]
 )
 def test_a_few_steps_lower_the_loss_on_a_fixed_batch(family, objective, encoded, bundled_tokenizer):
-    from s2d2.train import family_batch
+    from s2d2.training.train import family_batch
 
     cfg = replace(TINY, family=family, objective=objective)
     torch.manual_seed(0)

@@ -14,8 +14,8 @@ The bundled model (``assets/model``) is four runs of this script. Version 1:
 to 5000 steps with 40% team picks (both on the first team design, with one to
 three spare names in the list; commit 43c3419 has it):
 
-    python -m s2d2.train --out runs/bundled --steps 3600 --stop-after 2750
-    python -m s2d2.train --out runs/bundled --steps 5000 --family-weights arith=0.6,team=0.4 --resume
+    python -m s2d2.training.train --out runs/bundled --steps 3600 --stop-after 2750
+    python -m s2d2.training.train --out runs/bundled --steps 5000 --family-weights arith=0.6,team=0.4 --resume
 
 Version 2 starts from version 1's weights and trains two stages on the current
 team design, one family per batch: 1800 steps with 70% team batches, then 1000
@@ -23,8 +23,8 @@ steps at half the learning rate with 80%. ``scripts/train_bundled.sh`` runs
 both, resumably, with the exact flags.
 
 ``--family fastdllm`` and ``--family llada2`` train the other two families'
-objectives instead (:mod:`s2d2.objectives`) and write the checkpoint in that
-family's own layout (:mod:`s2d2.layouts`); ``scripts/train_bundled_fastdllm.sh``
+objectives instead (:mod:`s2d2.training.objectives`) and write the checkpoint in that
+family's own layout (:mod:`s2d2.training.layouts`); ``scripts/train_bundled_fastdllm.sh``
 and ``scripts/train_bundled_llada2.sh`` run them, and docs/TRAINING.md
 describes them.
 
@@ -48,7 +48,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, GenerationConfig, Qwen3ForCausalLM
 
-from . import masks, objectives
+from .. import masks
+from ..models.sdar import qwen3_config_from_sdar
+from ..study.progress import progress_bar
+from ..study.tasks import families, split_of
+from . import objectives
 from .layouts import (
     FAMILIES,
     ExpertBalancer,
@@ -58,9 +62,6 @@ from .layouts import (
     save_llada2_weights,
     shared_fields,
 )
-from .models.sdar import qwen3_config_from_sdar
-from .progress import progress_bar
-from .tasks import families, split_of
 from .tokenizer import MASK, chat_text, train_tokenizer
 
 
@@ -98,7 +99,7 @@ class TrainConfig:
     init_from: str = ""  # start from this checkpoint's weights and tokenizer (fresh optimizer and schedule)
     loader_workers: int = 0  # >0: worker processes build batches ahead, each step's batch seeded by (seed, step)
     time_budget: float = 0.0  # seconds; >0: --steps is re-fixed early in the run from its speed, to end in time
-    # The other families (see s2d2/objectives.py); every field below is ignored by --family sdar.
+    # The other families (see s2d2/training/objectives.py); every field below is ignored by --family sdar.
     family: str = "sdar"  # which family's objective and on-disk layout: sdar, fastdllm, llada2
     objective: str = "diffusion"  # fastdllm only: "causal" is stage 1, the plain causal LM that stage 2 adapts
     tokenizer_from: str = ""  # a fresh run takes this checkpoint's tokenizer instead of training one
@@ -252,7 +253,7 @@ def save_checkpoint(model, tokenizer, config: dict, cfg: TrainConfig, path: Path
     """An HF-format checkpoint in the family's layout: config, safetensors, tokenizer.
 
     LLaDA2's parameter names are not the stock class's, so its weights are
-    renamed and regrouped while saving (:func:`s2d2.layouts.save_llada2_weights`).
+    renamed and regrouped while saving (:func:`s2d2.training.layouts.save_llada2_weights`).
     """
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -272,9 +273,9 @@ def save_checkpoint(model, tokenizer, config: dict, cfg: TrainConfig, path: Path
 
 def evaluate_ar(model_dir: Path, n: int, device: str, family_names: list[str]) -> dict[str, float]:
     """AR greedy accuracy on ``n`` held-out problems of each family, through the engine."""
-    from .config import DecodeConfig
-    from .evaluate import evaluate, heldout_problems, summarize_method
-    from .models import load_model
+    from ..config import DecodeConfig
+    from ..models import load_model
+    from ..study.evaluate import evaluate, heldout_problems, summarize_method
 
     adapter = load_model(str(model_dir), device=device)
     ar = {"AR": DecodeConfig(method="ar", max_new_tokens=160)}
@@ -314,7 +315,7 @@ def load_family_weights(model, path: str) -> None:
     per-expert modules) while loading, so every layout the loader reads can
     seed a run, and a mismatch fails loudly.
     """
-    from .models import load_model
+    from ..models import load_model
 
     loaded = load_model(path, device="cpu", dtype=torch.float32).model
     model.load_state_dict(loaded.state_dict())
@@ -529,7 +530,9 @@ CHOICES = {"family": FAMILIES, "objective": ("diffusion", "causal")}
 
 def parse_args(argv=None) -> tuple[TrainConfig, bool]:
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(prog="python -m s2d2.train", description="Train the bundled block-diffusion LM.")
+    parser = argparse.ArgumentParser(
+        prog="python -m s2d2.training.train", description="Train the bundled block-diffusion LM."
+    )
     for name, value in asdict(defaults).items():
         if isinstance(value, dict):
             continue

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import Qwen2ForCausalLM
 
-from .models.fastdllm import qwen2_config_from_fast_dllm
-from .models.llada2 import LLaDA2AsGlm4MoeForCausalLM, glm4_moe_config_from_llada2
+from ..models.fastdllm import qwen2_config_from_fast_dllm
+from ..models.llada2 import LLaDA2AsGlm4MoeForCausalLM, glm4_moe_config_from_llada2
 from .tokenizer import EOS
 
 FAMILIES = ("sdar", "fastdllm", "llada2")

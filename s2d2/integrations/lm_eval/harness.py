@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import DEFAULT_MODEL
+from ... import DEFAULT_MODEL
 from .metrics import attach_decode_metrics, merge_stats
 from .model import S2D2LM
 

@@ -1,10 +1,10 @@
 """Accuracy and cost of decoding methods on held-out task problems.
 
-    python -m s2d2.evaluate --problems 500
+    python -m s2d2.study.evaluate --problems 500
 
 Runs each method over the same held-out problems of every task family and
 prints a table of accuracy, forwards (NFE) per problem, tokens per forward and
-wall seconds. This is the bundled model's model-card table; ``s2d2.bench``
+wall seconds. This is the bundled model's model-card table; ``s2d2.study.bench``
 runs the bigger grid on top of the same functions.
 """
 
@@ -14,14 +14,14 @@ import argparse
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from .batch import generate_batch
-from .config import DecodeConfig, VerifyConfig, preset_config
-from .decode import generate
-from .likelihood import ar_logprobs
-from .models import DEFAULT_MODEL, BlockDiffusionModel, load_model
+from ..batch import generate_batch
+from ..config import DecodeConfig, VerifyConfig, preset_config
+from ..decode import generate
+from ..likelihood import ar_logprobs
+from ..models import DEFAULT_MODEL, BlockDiffusionModel, load_model
+from ..trace import Trace
 from .progress import progress_bar
 from .tasks import Problem, families
-from .trace import Trace
 
 
 @dataclass
@@ -291,7 +291,7 @@ def markdown_table(summaries: list[MethodSummary], families_shown: list[str]) ->
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.evaluate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m s2d2.study.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--problems", type=int, default=500, help="held-out problems per family")
     parser.add_argument("--families", default=",".join(families()))

@@ -1,6 +1,6 @@
-"""Training objectives of the Fast-dLLM v2 and LLaDA2.x families (``python -m s2d2.train --family ...``).
+"""Training objectives of the Fast-dLLM v2 and LLaDA2.x families (``python -m s2d2.training.train --family ...``).
 
-Both start from the batch SDAR's objective uses (:func:`s2d2.train.encode_batch`:
+Both start from the batch SDAR's objective uses (:func:`s2d2.training.train.encode_batch`:
 answer tokens, padded with EOS to whole blocks) and run a ``[noisy | clean]``
 pair of copies through one forward, as SDAR does, but each family corrupts the
 noisy copy and reads its targets the way that family decodes:
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import masks
+from .. import masks
 
 IGNORE = -100
 NOISE_FLOOR = 1e-3  # the smallest per-block masking rate: no block is left entirely unmasked by its draw

@@ -1,8 +1,8 @@
 """How much of decoding is Python, not the model? And what does a forward cost? Benchmarks, not tests.
 
-    python -m s2d2.overhead --new-tokens 256 --repeats 3
-    python -m s2d2.overhead --forward-cost
-    python -m s2d2.overhead --recording-cost
+    python -m s2d2.study.overhead --new-tokens 256 --repeats 3
+    python -m s2d2.study.overhead --forward-cost
+    python -m s2d2.study.overhead --recording-cost
 
 Builds an untrained model of the bundled model's shape (nothing is
 downloaded), decodes ``--new-tokens`` tokens with each method (stop tokens
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import torch
 
-from .config import DecodeConfig, VerifyConfig, preset_config
-from .decode import Decoder
-from .models import load_model
-from .train import TrainConfig, write_random_checkpoint
+from ..config import DecodeConfig, VerifyConfig, preset_config
+from ..decode import Decoder
+from ..models import load_model
+from ..training.train import TrainConfig, write_random_checkpoint
 
 
 def method_configs(new_tokens: int) -> dict[str, DecodeConfig]:
@@ -129,7 +129,7 @@ def print_forward_cost(repeats: int) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.overhead", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m s2d2.study.overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hidden-size", type=int, default=TrainConfig.hidden_size)

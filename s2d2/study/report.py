@@ -1,8 +1,8 @@
 """The benchmark grid's report: its tables, from its per-problem results.
 
-    python -m s2d2.report docs/results/bundled-llada2   # rewrite table.md from runs.csv and summary.json
+    python -m s2d2.study.report docs/results/bundled-llada2   # rewrite table.md from runs.csv and summary.json
 
-``s2d2.bench`` writes ``table.md`` at the end of a run; this module is that
+``s2d2.study.bench`` writes ``table.md`` at the end of a run; this module is that
 writer, so a committed grid's report can be rebuilt (or extended with a new
 section) from its files without decoding anything again. Sections:
 
@@ -214,9 +214,9 @@ def report_markdown(rows: list[dict], results: list[ProblemResult], family_names
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m s2d2.report", description="Rewrite a benchmark grid's table.md from its runs.csv."
+        prog="python -m s2d2.study.report", description="Rewrite a benchmark grid's table.md from its runs.csv."
     )
-    parser.add_argument("folder", help="an s2d2.bench --out folder (runs.csv and summary.json)")
+    parser.add_argument("folder", help="an s2d2.study.bench --out folder (runs.csv and summary.json)")
     folder = Path(parser.parse_args(argv).folder)
     summary = json.loads((folder / "summary.json").read_text())
     text = report_markdown(summary["methods"], read_runs(folder / "runs.csv"), summary["meta"]["families"])

@@ -19,7 +19,7 @@ when ``--apply_chat_template`` is given (lm-eval calls :meth:`apply_chat_templat
 itself) and is raw otherwise. ``loglikelihood`` and ``loglikelihood_rolling``
 are exact block-size-1 (AR) scores, one forward per request (:mod:`s2d2.likelihood`).
 Every request's decode statistics are kept in :attr:`decode_stats`;
-:func:`s2d2.lm_eval.metrics.attach_decode_metrics` writes them into lm-eval's
+:func:`s2d2.integrations.lm_eval.metrics.attach_decode_metrics` writes them into lm-eval's
 results.
 """
 
@@ -35,15 +35,15 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from .. import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, generate_batch, load_model
-from ..batch import auto_batch_size
-from ..likelihood import Scored, ar_logprobs
-from ..settings import BY_NAME
+from ... import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, generate_batch, load_model
+from ...batch import auto_batch_size
+from ...likelihood import Scored, ar_logprobs
+from ...settings import BY_NAME
 
 log = logging.getLogger(__name__)
 
 # Repeat r of a request is seeded ``seed + doc_id + r * REPEAT_SEED_STRIDE``: repeats differ, the first
-# repeat matches ``s2d2.evaluate`` (seed = problem index), and no seed depends on how requests are sharded.
+# repeat matches ``s2d2.study.evaluate`` (seed = problem index), and no seed depends on how requests are sharded.
 REPEAT_SEED_STRIDE = 1_000_003
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": None}
 
@@ -259,7 +259,7 @@ class S2D2LM(TemplateLM):
         return config, until, self._prompt_ids(context, config)
 
     def _warm_up(self, prompt: list[int], config: DecodeConfig) -> None:
-        """One untimed decode first, as s2d2.evaluate does: lazy initialisation must not land in wall_seconds."""
+        """One untimed decode first, as s2d2.study.evaluate does: lazy initialisation must not land in wall_seconds."""
         if not self._warmed_up:
             generate(self.model, prompt, config)
             self._warmed_up = True

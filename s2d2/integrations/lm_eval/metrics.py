@@ -14,7 +14,7 @@ Per sample the numbers are sums over the document's requests (a multiple-choice
 document sends one loglikelihood request per choice, a generation document one
 per repeat). Per task: means over documents, and pooled ratios for tokens per
 forward and acceptance (total tokens over total forwards, total accepted drafts
-over total verified drafts), the way :func:`s2d2.evaluate.summarize_method`
+over total verified drafts), the way :func:`s2d2.study.evaluate.summarize_method`
 pools them.
 """
 

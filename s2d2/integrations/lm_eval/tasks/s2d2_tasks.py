@@ -1,19 +1,19 @@
 """Datasets and scoring of the ``s2d2_arith`` and ``s2d2_team`` lm-eval tasks.
 
-The documents are the held-out problems ``s2d2.evaluate`` draws
-(:func:`s2d2.evaluate.heldout_problems`, seed 2026), generated on the fly: no
+The documents are the held-out problems ``s2d2.study.evaluate`` draws
+(:func:`s2d2.study.evaluate.heldout_problems`, seed 2026), generated on the fly: no
 file, no Hub. Document ``i`` is problem ``i``, so ``--limit 20`` evaluates the
-same 20 problems as ``python -m s2d2.evaluate --problems 20``. A document is
+same 20 problems as ``python -m s2d2.study.evaluate --problems 20``. A document is
 scored by its family's own exact scorer, so accuracy means what it means in
-``s2d2.evaluate``.
+``s2d2.study.evaluate``.
 """
 
 from __future__ import annotations
 
 import json
 
-from s2d2.evaluate import heldout_problems
-from s2d2.tasks import Problem, get_family
+from s2d2.study.evaluate import heldout_problems
+from s2d2.study.tasks import Problem, get_family
 
 HELDOUT_PROBLEMS = 500  # the model card's table; --limit takes a prefix (the draw is prefix-stable)
 

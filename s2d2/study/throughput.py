@@ -1,6 +1,6 @@
 """Problems per second with batched decoding, measured and predicted.
 
-    python -m s2d2.throughput --problems 256 --batch-sizes 1,4,16,64 --out docs/results/throughput
+    python -m s2d2.study.throughput --problems 256 --batch-sizes 1,4,16,64 --out docs/results/throughput
 
 Decodes the same held-out problems (arith, team and chains interleaved) with
 AR, the best dynamic-threshold setting of the grid and exact S2D2 with
@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from .batch import generate_batch
-from .config import DecodeConfig, preset_config
+from ..batch import generate_batch
+from ..config import DecodeConfig, preset_config
+from ..models import DEFAULT_MODEL, BlockDiffusionModel, load_model
 from .evaluate import bench_config, heldout_problems
-from .models import DEFAULT_MODEL, BlockDiffusionModel, load_model
 from .overhead import fit_line
 from .tasks import families
 
@@ -145,7 +145,7 @@ def advantage(results: list[dict]) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.throughput", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m s2d2.study.throughput", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--problems", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1,4,16,64")
@@ -186,7 +186,7 @@ def main(argv=None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(text + "\n")
         meta = {
-            "command": "python -m s2d2.throughput "
+            "command": "python -m s2d2.study.throughput "
             + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
             "threads": torch.get_num_threads(),
             "machine": f"{platform.machine()} {platform.processor()}".strip(),

@@ -1,11 +1,11 @@
 """The cost model of block-diffusion decoding, checked against a benchmark run.
 
-    python -m s2d2.costmodel docs/results/bundled/summary.json --per-forward-ms 8.43 --per-token-ms 0.182
+    python -m s2d2.study.costmodel docs/results/bundled/summary.json --per-forward-ms 8.43 --per-token-ms 0.182
 
-A forward over ``n`` new tokens costs about ``a + b·n`` (``python -m s2d2.overhead
+A forward over ``n`` new tokens costs about ``a + b·n`` (``python -m s2d2.study.overhead
 --forward-cost`` measures ``a`` and ``b``), so a decode costs about
 ``a·NFE + b·(tokens fed)``. This prints, for every method of a ``summary.json``
-written by ``python -m s2d2.bench``, that prediction next to the measured wall
+written by ``python -m s2d2.study.bench``, that prediction next to the measured wall
 time per problem, and what the same forwards would cost where ``b`` is ~0 (a
 GPU at these lengths): then only NFE matters. docs/BENCHMARKS.md derives NFE
 and tokens per forward from the acceptance statistics.
@@ -43,10 +43,10 @@ def rows(summary: dict, per_forward: float, per_token: float) -> list[dict]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.costmodel", description=__doc__.split("\n\n")[0])
-    parser.add_argument("summary", help="a summary.json written by python -m s2d2.bench")
+    parser = argparse.ArgumentParser(prog="python -m s2d2.study.costmodel", description=__doc__.split("\n\n")[0])
+    parser.add_argument("summary", help="a summary.json written by python -m s2d2.study.bench")
     parser.add_argument(
-        "--per-forward-ms", type=float, required=True, help="a, from python -m s2d2.overhead --forward-cost"
+        "--per-forward-ms", type=float, required=True, help="a, from python -m s2d2.study.overhead --forward-cost"
     )
     parser.add_argument("--per-token-ms", type=float, required=True, help="b, from the same command")
     args = parser.parse_args(argv)

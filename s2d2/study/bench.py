@@ -1,7 +1,7 @@
 """The paper's accuracy–speed study: methods × settings × task sets.
 
-    python -m s2d2.bench --problems 500 --out results/bundled
-    accelerate launch --multi_gpu --num_processes 2 -m s2d2.bench --problems 500 --tune --out results/bundled
+    python -m s2d2.study.bench --problems 500 --out results/bundled
+    accelerate launch --multi_gpu --num_processes 2 -m s2d2.study.bench --problems 500 --tune --out results/bundled
 
 Every method decodes the same held-out problems (seed = problem index). Per
 method it reports accuracy (exact match), forwards per problem, tokens per
@@ -12,7 +12,7 @@ accuracy, acceptance statistics and router decisions. Outputs in ``--out``:
 - ``runs.csv``: one row per (method, problem);
 - ``summary.json``: one entry per method, plus the run's metadata;
 - ``table.md``: a table shaped like the paper's Table 1 and the other sections of
-  :mod:`s2d2.report` (which rebuilds it from the two files above);
+  :mod:`s2d2.study.report` (which rebuilds it from the two files above);
 - ``tuning.json`` (with ``--tune``): every router candidate on the development
   split and the one chosen per block size, which then joins the test grid.
 
@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from .config import DecodeConfig, config_from_settings, preset_config
+from ..config import DecodeConfig, config_from_settings, preset_config
+from ..models import DEFAULT_MODEL, load_model
 from .evaluate import (
     ProblemResult,
     add_batch_size_argument,
@@ -47,14 +48,12 @@ from .evaluate import (
     summarize_method,
     warm_up,
 )
-from .models import DEFAULT_MODEL, load_model
 from .progress import progress_bar
 from .report import report_markdown, table_markdown, write_runs
+from .results import AGGRESSIVE_DYNAMIC, SCALING_BLOCKS, config_b_name, exact_name
 from .tasks import families
 
-SCALING_BLOCKS = (4, 8, 16, 32)  # Figure 3's block sizes (Fast-dLLM v2: sub-block sizes inside its 32-token block)
 DYNAMIC_TAUS = (0.5, 0.7, 0.9)
-AGGRESSIVE_DYNAMIC = "dynamic B=16 τ=0.3"  # Figure 2's parallel trajectory: far from what AR would write
 
 
 def scaling_grid(unit: str, layout, max_new_tokens: int) -> dict[str, DecodeConfig]:
@@ -70,8 +69,8 @@ def scaling_grid(unit: str, layout, max_new_tokens: int) -> dict[str, DecodeConf
             )
     for size in SCALING_BLOCKS:
         config_b = preset_config("sdar-b", **layout(size), **common)
-        grid[f"S2D2 {unit}={size} always (c=0)"] = config_b.replace(lookahead=False)
-        grid[f"S2D2 {unit}={size} exact + lookahead"] = config_b.replace(
+        grid[config_b_name(unit, size)] = config_b.replace(lookahead=False)
+        grid[exact_name(unit, size)] = config_b.replace(
             lookahead=True, verify=dataclasses.replace(config_b.verify, acceptance="greedy")
         )
     return grid
@@ -151,26 +150,6 @@ def llada2_grid(max_new_tokens: int) -> dict[str, DecodeConfig]:
         grid[f"S2D2 B=32 {setting} + editing"] = s2d2
         grid[f"S2D2 B=32 {setting}, no editing"] = s2d2.replace(edit_threshold=None)
     return grid
-
-
-def scaling_series(rows: list[dict], dynamic_choice: dict[int, str], family: str, unit: str = "B") -> dict[str, list]:
-    """Figure 3's data: accuracy on ``family`` against the parallel unit's size for the dynamic baseline (the τ
-    chosen per size on the development split), config B and exact S2D2. Sizes with no row are left out."""
-    by_name = {r["method"]: r for r in rows}
-    series = {
-        "dynamic (best τ on dev)": {B: dynamic_choice.get(B) for B in SCALING_BLOCKS},
-        "S2D2 config B (stochastic)": {B: f"S2D2 {unit}={B} always (c=0)" for B in SCALING_BLOCKS},
-        "S2D2 exact (greedy) + lookahead": {B: f"S2D2 {unit}={B} exact + lookahead" for B in SCALING_BLOCKS},
-    }
-    out = {}
-    for label, names in series.items():
-        points = [(B, by_name[n]) for B, n in names.items() if n in by_name]
-        out[label] = [
-            {"block_length": B, "method": r["method"], "accuracy": r["accuracy_by_family"].get(family),
-             "nfe": r.get("nfe_by_family", {}).get(family)}
-            for B, r in points
-        ]  # fmt: skip
-    return out
 
 
 DEV_SEED = 7  # the development split's seed; its problems are held out from training and disjoint from the test set
@@ -392,7 +371,7 @@ def tune(model, args, family_names: list[str], test: list, out: Path, parallel) 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m s2d2.bench", description="Accuracy–speed study of block-diffusion decoding methods."
+        prog="python -m s2d2.study.bench", description="Accuracy–speed study of block-diffusion decoding methods."
     )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint directory or Hub id")
     parser.add_argument("--problems", type=int, default=500, help="held-out problems per family")
@@ -468,7 +447,7 @@ def main(argv=None) -> None:
         "repeats": args.repeats,
         "batch_size": args.batch_size,
         "seconds": round(time.time() - start, 1),
-        "command": "python -m s2d2.bench " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "command": "python -m s2d2.study.bench " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "dynamic_best_tau": {str(B): name for B, name in dynamic_choice.items()},
         "scaling_unit": SCALING.get(args.grid, WHOLE_BLOCKS)[0],
     }

@@ -1,0 +1,4 @@
+"""The engine inside other people's tools: lm-evaluation-harness (:mod:`s2d2.integrations.lm_eval`).
+
+Each integration imports the engine and its tool; the engine imports none of them.
+"""
