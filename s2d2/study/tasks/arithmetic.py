@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from . import Problem, TaskFamily
+from .family import Problem, TaskFamily
 
 NAMES = {
     "Ann": "she", "Mia": "she", "Zoe": "she", "Eva": "she", "Ivy": "she", "Lea": "she",

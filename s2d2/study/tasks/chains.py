@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import random
 
-from . import Problem, TaskFamily
 from .arithmetic import ITEMS, MAX_OPERAND, NAMES, draw_steps, final_answer
+from .family import Problem, TaskFamily
 
 MIN_STEPS, MAX_STEPS = 6, 8
 

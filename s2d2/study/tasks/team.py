@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import re
 
-from . import Problem, TaskFamily
 from .arithmetic import NAMES
+from .family import Problem, TaskFamily
 
 NUMBER_WORDS = {2: "two", 3: "three"}
 ANSWER = re.compile(r"The team is (.+?)\. Go (\w+)!")
