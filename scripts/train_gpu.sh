@@ -11,8 +11,6 @@
 # (`--time-budget`; the number lands in the checkpoint's train_config.json, where `--steps N`
 # reproduces the run without a budget on any machine) and builds its batches in worker processes
 # (`--loader-workers`), since on a GPU drawing a batch in Python takes as long as the step.
-# The CPU scripts (train_bundled_v3.sh, train_bundled_fastdllm.sh, train_bundled_llada2.sh) are the
-# same recipes at fixed step counts sized for two cores.
 #
 #   scripts/train_gpu.sh   # PYTHON=... the interpreter, RUNS=... the output folder, BUDGET=seconds per model,
 #                          # DEVICE=... the torch device (default cuda)

@@ -9,24 +9,14 @@ solves. The block size is drawn per batch from the trained sizes; at size 1 the
 objective *is* next-token prediction, which is what lets the same weights draft
 (B ≥ 2) and verify (B = 1).
 
-The bundled model (``assets/model``) is four runs of this script. Version 1:
-2750 steps of a 3600-step schedule with 80% word problems, then a resumed run
-to 5000 steps with 40% team picks (both on the first team design, with one to
-three spare names in the list; commit 43c3419 has it):
-
-    python -m s2d2.training.train --out runs/bundled --steps 3600 --stop-after 2750
-    python -m s2d2.training.train --out runs/bundled --steps 5000 --family-weights arith=0.6,team=0.4 --resume
-
-Version 2 starts from version 1's weights and trains two stages on the current
-team design, one family per batch: 1800 steps with 70% team batches, then 1000
-steps at half the learning rate with 80%. ``scripts/train_bundled.sh`` runs
-both, resumably, with the exact flags.
+``scripts/train_gpu.sh`` runs it for the three bundled models with the exact
+flags (LLaDA2.x's third stage: ``scripts/continue_llada2_arith.sh``); each model's ``train_config.json`` holds the step count that reproduces
+its run on any machine, and its card (``assets/*/README.md``) tells the lineage.
 
 ``--family fastdllm`` and ``--family llada2`` train the other two families'
 objectives instead (:mod:`s2d2.training.objectives`) and write the checkpoint in that
-family's own layout (:mod:`s2d2.training.layouts`); ``scripts/train_bundled_fastdllm.sh``
-and ``scripts/train_bundled_llada2.sh`` run them, and docs/TRAINING.md
-describes them.
+family's own layout (:mod:`s2d2.training.layouts`); docs/TRAINING.md describes
+them.
 
 Deterministic for a seed on one machine; ``--resume`` continues from the last
 checkpoint in ``--out`` (with the checkpoint's tokenizer).
