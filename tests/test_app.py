@@ -12,6 +12,7 @@ from gradio_client import Client
 from components import ui
 from components.bundle import bundle_json, load_bundle_file
 from components.runner import RUN_NAMES, build_configs, defaults, resolve, run_all
+from components.views import VIEWS
 from s2d2.decode import generate
 from s2d2.trace import RESAMPLED
 
@@ -128,9 +129,9 @@ def test_page_streams_then_shows_every_result():
     streamed, last = updates[:-1], updates[-1]
     assert streamed and all("Decoding" in u[0] or "timing them" in u[0] for u in streamed)
     assert {name for u in streamed for name in RUN_NAMES if f"Decoding {name}" in u[0]} == set(RUN_NAMES)
-    status, headline, player_all, *texts = last[: 3 + len(RUN_NAMES)]
-    assert status == "" and "S2D2" in headline and "Play all" in player_all
-    assert all('class="tok tok-' in t for t in texts)
+    status, shown = last[0], dict(zip((view.key for view in VIEWS), last[1:]))
+    assert status == "" and "S2D2" in shown["headline"] and "Play all" in shown["player_all"]
+    assert all('class="tok tok-' in shown[f"text:{name}"] for name in RUN_NAMES)
 
 
 @pytest.mark.parametrize(
