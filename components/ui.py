@@ -284,11 +284,10 @@ def tab_id(tab: str) -> str:
 def results_area() -> Results:
     """One slot per view of :data:`VIEWS`, in its order: the views above the tabs, then one tab per ``tab``."""
     slots: dict[str, gr.components.Component] = {}
-    places = [(tab, list(views)) for tab, views in groupby(VIEWS, key=lambda view: view.slot.tab)]
-    for _, views in (p for p in places if p[0] is None):
-        _lay_out(views, slots)
+    _lay_out((view for view in VIEWS if view.slot.tab is None), slots)
     with gr.Tabs():
-        for tab, views in (p for p in places if p[0] is not None):
+        tabbed = (view for view in VIEWS if view.slot.tab is not None)
+        for tab, views in groupby(tabbed, key=lambda view: view.slot.tab):
             with gr.Tab(tab, id=tab_id(tab)):
                 _lay_out(views, slots)
     request = gr.Textbox(elem_id="inspect-request", elem_classes=["inspect-request"], show_label=False, container=False)

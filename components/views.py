@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import plotly.graph_objects as go
 
@@ -99,7 +100,7 @@ class Slot:
     a line of Markdown above the component; ``initial`` its value before any run.
     """
 
-    kind: str
+    kind: Literal["html", "plot", "table"]
     elem_id: str
     tab: str | None = None
     row: str | None = None
