@@ -21,7 +21,7 @@ import os
 
 import gradio as gr
 
-from components import ui
+from components import player, ui
 from components.api import make_endpoints
 from components.explainer import how_it_works_html
 from components.runner import BUNDLED
@@ -122,7 +122,7 @@ if __name__ == "__main__":
     demo.queue(max_size=32, default_concurrency_limit=1).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         css_paths=[ui.ASSETS / "style.css"],
-        js=(ui.ASSETS / "player.js").read_text(),
+        js=player.script(),
         theme=gr.themes.Soft(),
         mcp_server=True,
     )

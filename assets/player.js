@@ -2,8 +2,9 @@
   /* The dashboard's player: ▶ Play / ❚❚ Pause for each trajectory and one lockstep control for all runs.
 
      Gradio draws gr.Plot with Plotly.react, which drops a figure's frames, so
-     trajectory_figure carries them in layout.meta.s2d2; this script adds them
-     with Plotly.addFrames whenever a new figure appears. Every step change,
+     trajectory_figure carries them in layout.meta.s2d2 (its Python half is
+     components/player.py); this script adds them with Plotly.addFrames
+     whenever a new figure appears. Every step change,
      from Play, from the slider or from the lockstep clock, arrives as a
      plotly_animatingframe event, and then the step's sentence, the run's text
      and the residual-energy outline follow.
@@ -113,9 +114,9 @@
           const point = e.points && e.points[0];
           if (!point) return;
           const m = meta(div);
-          // Curve 1 is the step × position grid; curve 0 the sequence strip, read at the step shown.
-          if (point.curveNumber === 1) inspect(m.run, Number(point.y), Number(point.x));
-          else if (point.curveNumber === 0) inspect(m.run, m.steps[div._s2d2Index], Number(point.x));
+          // A click on the step × position grid, or on the sequence strip (read at the step shown).
+          if (point.curveNumber === m.curves.grid) inspect(m.run, Number(point.y), Number(point.x));
+          else if (point.curveNumber === m.curves.strip) inspect(m.run, m.steps[div._s2d2Index], Number(point.x));
         });
       }
     }

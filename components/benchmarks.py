@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from s2d2.config import DecodeConfig
 from s2d2.policies import always_verifies
 
-from .figures import FONT, empty_figure
+from .figures import empty_figure, house_layout
+from .study import energy_figure, scaling_figure
 
 BASELINE_STYLE = {
     "AR": ("#64748b", "star"),
@@ -130,12 +131,8 @@ def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.
     fig.update_yaxes(title_text="accuracy, average over task families (%)", gridcolor="#e2e8f0")
     legend_rows = (len(groups) + 1) // 2
     kinds_shown = any(name.startswith("S2D2 ") for name, _, _ in groups)
+    house_layout(fig, title or f"Accuracy against {label}", 400 + 24 * legend_rows)
     fig.update_layout(
-        title=dict(text=title or f"Accuracy against {label}", x=0.01, font=dict(size=15)),
-        height=400 + 24 * legend_rows,
-        font=FONT,
-        paper_bgcolor="white",
-        plot_bgcolor="white",
         # Two columns keep the legend short under a half-width plot; kinds come in order, lookahead after.
         legend=dict(
             orientation="h",
@@ -149,7 +146,6 @@ def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.
                 text="S2D2: router, acceptance test, + lookahead (open marker)" if kinds_shown else "", side="top"
             ),
         ),
-        margin=dict(l=60, r=20, t=60, b=40),
     )
     return fig
 
@@ -208,12 +204,17 @@ def write_frontiers(rows: list[dict], out: Path, meta: dict) -> None:
         )
 
 
+def write_study(rows: list[dict], meta: dict, out: Path) -> None:
+    """Figure 3 (accuracy against block size) and Figure 2 (AR energy), beside the frontiers."""
+    families = list(meta.get("families") or [])
+    write_figure(scaling_figure(rows, meta, families), Path(out), "scaling")
+    write_figure(energy_figure(rows, families), Path(out), "energy")
+
+
 def main(argv=None) -> None:
     """``python -m components.benchmarks DIR``: draw the frontiers, Figure 3 and Figure 2 of ``DIR/summary.json``
     into ``DIR``."""
     import argparse
-
-    from .study import write_study
 
     parser = argparse.ArgumentParser(prog="python -m components.benchmarks", description=main.__doc__)
     parser.add_argument("results", help="a directory holding the summary.json of python -m s2d2.study.bench")

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from s2d2.trace import FORWARD_KINDS, KEPT, OUTCOMES, RESAMPLED, Trace
 
-from .narration import forwards_after, narrate, sub_blocks
+from .narration import sub_blocks
 from .palette import (
     DRAFTED,
     EDITED,
@@ -26,12 +26,13 @@ from .palette import (
     display_token,
     pale,
 )
+from .player import energy_meta, frame, replay_slider, replay_steps, trajectory_meta
 
 FONT = dict(family="Inter, system-ui, sans-serif", size=12, color="#1e293b")
-MAX_SLIDER_STEPS = 160
 
 
-def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+def house_layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    """The look every figure of the dashboard shares: title at the left, white paper, the house font."""
     fig.update_layout(
         title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
         height=height,
@@ -52,7 +53,7 @@ def empty_figure(message: str, height: int = 260) -> go.Figure:
     )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return _layout(fig, "", height)
+    return house_layout(fig, "", height)
 
 
 # -- trajectory ------------------------------------------------------------
@@ -159,11 +160,10 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     Bottom: one row per step, one column per generated position, blocks marked
     (dark dotted lines), and sub-blocks inside them (light).
     Top: the sequence as it stood after the step chosen on the slider or by
-    the page's ▶ Play, with a veil over later steps. Gradio renders with
-    ``Plotly.react``, which drops ``frames``, so the frames travel in
-    ``layout.meta["s2d2"]`` (with the step's forward count and narration) and
-    the page's player script adds them with ``Plotly.addFrames``; the slider's
-    steps animate to those frames, so the slider follows Play.
+    the page's ▶ Play, with a veil over later steps. The replay's frames
+    travel in the layout's meta (:mod:`components.player` says why and how);
+    the slider's steps animate to those frames, so the slider follows Play.
+    The traces are added in :data:`components.player.CURVES` order.
     """
     n, steps = len(trace.output_ids), len(trace.steps)
     if n == 0 or steps == 0:
@@ -277,13 +277,13 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     fig.update_xaxes(showticklabels=False, row=1, col=1)
     shown = replay_steps(steps)
     fig.update_layout(
-        sliders=[_replay_slider(shown)],
+        sliders=[replay_slider(shown)],
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left", font=dict(size=11)),
-        meta={"s2d2": _replay_meta(trace, run, shown)},
+        meta=trajectory_meta(trace, run, shown, _frames(trace, shown)),
     )
     height = 70 + grid_height + 250
     # Room above the plot for a legend that wraps onto two or three lines on a phone.
-    fig = _layout(fig, title, height)
+    fig = house_layout(fig, title, height)
     return fig.update_layout(margin=dict(t=100), title=dict(y=1.0, yref="container", yanchor="top", pad=dict(t=8)))
 
 
@@ -297,50 +297,18 @@ def sub_block_starts(trace: Trace) -> list[int]:
     return sorted(p for p in starts if 0 < p < len(trace.output_ids))
 
 
-def replay_steps(steps: int) -> list[int]:
-    """The steps the replay stops at: all of them, or an even sample of long runs."""
-    if steps <= MAX_SLIDER_STEPS:
-        return list(range(steps))
-    return sorted({round(i * (steps - 1) / (MAX_SLIDER_STEPS - 1)) for i in range(MAX_SLIDER_STEPS)})
-
-
-def _replay_meta(trace: Trace, run: str, shown: list[int]) -> dict:
-    """What the page's player needs: one frame per shown step, its forward count and its sentence."""
+def _frames(trace: Trace, shown: list[int]) -> list[dict]:
+    """One frame per shown step: the sequence strip and the veil at that step, and the edit rings made by then."""
     n, steps = len(trace.output_ids), len(trace.steps)
-    spent, sentences = forwards_after(trace), narrate(trace)
     edited = any(step.edits for step in trace.steps)
     frames = []
     for k in shown:
         strip_z, strip_text = _sequence_at(trace, k)
-        traces, data = [0, 2], [dict(z=[strip_z], text=[strip_text]), _curtain(k, n, steps)]
-        if edited:  # the edit rings (trace 3, right after the curtain) show only the edits made by step k
-            traces, data = traces + [3], data + [_edit_marks(trace, k)]
-        frames.append(dict(name=str(k), traces=traces, data=data))
-    return {
-        "kind": "trajectory",
-        "run": run,
-        "positions": n,  # the inspector's arrow keys stay inside the grid
-        "total_steps": steps,
-        "steps": shown,
-        "forwards": [spent[k] for k in shown],
-        "narration": [sentences[k] for k in shown],
-        "frames": frames,
-    }
-
-
-def _replay_slider(shown: list[int]) -> dict:
-    """Slider steps that animate to the step's frame (so the slider also follows Play)."""
-    jump = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
-    return dict(
-        active=len(shown) - 1,
-        steps=[dict(method="animate", label=str(k), args=[[str(k)], jump]) for k in shown],
-        currentvalue=dict(prefix="step ", font=dict(size=12)),
-        pad=dict(t=36, b=4),
-        len=1.0,
-        x=0,
-        y=0,
-        yanchor="top",
-    )
+        changes = {"strip": dict(z=[strip_z], text=[strip_text]), "curtain": _curtain(k, n, steps)}
+        if edited:
+            changes["edits"] = _edit_marks(trace, k)
+        frames.append(frame(k, changes))
+    return frames
 
 
 # -- residual energy ---------------------------------------------------------
@@ -455,10 +423,9 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
     )  # fmt: skip
     fig.update_layout(
         legend=dict(orientation="h", y=-0.18, x=0),
-        # The player outlines the verification at (or last before) the step shown in the S2D2 trajectory.
-        meta={"s2d2": {"kind": "energy", "run": "S2D2", "row_of_step": row_of_step, "shape": 0}},
+        meta=energy_meta(row_of_step, shape=0),
     )
-    fig = _layout(fig, "Where the verifier disagreed with the drafter", min(640, 200 + 22 * len(verified)))
+    fig = house_layout(fig, "Where the verifier disagreed with the drafter", min(640, 200 + 22 * len(verified)))
     return fig.update_layout(margin=dict(t=90))
 
 
@@ -534,7 +501,7 @@ def router_figure(trace: Trace) -> go.Figure:
     stride = max(1, len(x) // 24)
     fig.update_xaxes(tickmode="array", tickvals=x[::stride], ticktext=labels[::stride])
     fig.update_layout(legend=dict(orientation="h", y=-0.2, x=0), barmode="overlay")
-    return _layout(fig, f"Router: {routes[0].policy} policy", 460)
+    return house_layout(fig, f"Router: {routes[0].policy} policy", 460)
 
 
 # -- cost --------------------------------------------------------------------
@@ -617,4 +584,4 @@ def cost_figure(runs: dict[str, Trace]) -> go.Figure:
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(range=[0, max(totals) * 1.18 + 1], row=1, col=1)
     fig.update_yaxes(range=[0, max(runs[n].summary.wall_seconds for n in names) * 1.25 + 1e-3], row=1, col=2)
-    return _layout(fig, "What each run cost", 380)
+    return house_layout(fig, "What each run cost", 380)

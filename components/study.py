@@ -8,19 +8,17 @@
   aggressive parallel setting drifts far above; S2D2 is pulled back to AR's.
 
 Pure functions (summary rows in, figure out); ``python -m components.benchmarks DIR``
-writes both as PNG (and HTML) next to ``DIR/summary.json``, beside the frontiers.
+draws both as PNG (and HTML) next to ``DIR/summary.json``, beside the frontiers.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from s2d2.study.results import AGGRESSIVE_DYNAMIC, SCALING_BLOCKS, scaling_series
 
-from .figures import FONT, empty_figure
+from .figures import empty_figure, house_layout
 
 SERIES_STYLE = {
     "dynamic (best τ on dev)": ("#2563eb", "circle", "dot"),
@@ -36,18 +34,10 @@ ENERGY_METHODS = (
 )
 
 
-def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
-    fig.update_layout(
-        title=dict(text=title, x=0.01, font=dict(size=15)),
-        height=height,
-        font=FONT,
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        legend=dict(orientation="h", y=-0.22, x=0),
-        margin=dict(l=60, r=20, t=60, b=40),
-    )
-    fig.update_yaxes(gridcolor="#e2e8f0")
-    return fig
+def _study_layout(fig: go.Figure, title: str) -> go.Figure:
+    """The house look, with the legend under the plot and a light grid."""
+    fig = house_layout(fig, title, 420).update_layout(legend=dict(orientation="h", y=-0.22, x=0))
+    return fig.update_yaxes(gridcolor="#e2e8f0")
 
 
 def scaling_figure(rows: list[dict], meta: dict, families: list[str]) -> go.Figure:
@@ -105,7 +95,7 @@ def scaling_figure(rows: list[dict], meta: dict, families: list[str]) -> go.Figu
     )
     fig.update_yaxes(range=[0, 103])
     fig.update_yaxes(title_text="accuracy (%)", row=1, col=1)
-    return _layout(fig, "Accuracy against block size (Figure 3): plain diffusion decoding against S2D2")
+    return _study_layout(fig, "Accuracy against block size (Figure 3): plain diffusion decoding against S2D2")
 
 
 def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
@@ -128,13 +118,4 @@ def energy_figure(rows: list[dict], families: list[str]) -> go.Figure:
         )
     fig.update_yaxes(title_text="AR energy (−log q per token, nats)")
     fig.update_layout(barmode="group")
-    return _layout(fig, "How far each trajectory sits from AR's (Figure 2: AR energy of the outputs)")
-
-
-def write_study(rows: list[dict], meta: dict, out: Path) -> None:
-    """Figure 3 and Figure 2 as HTML, and PNG where kaleido finds a browser."""
-    from .benchmarks import write_figure
-
-    families = list(meta.get("families") or [])
-    write_figure(scaling_figure(rows, meta, families), Path(out), "scaling")
-    write_figure(energy_figure(rows, families), Path(out), "energy")
+    return _study_layout(fig, "How far each trajectory sits from AR's (Figure 2: AR energy of the outputs)")

@@ -13,8 +13,9 @@ import json
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 import gradio as gr
@@ -26,12 +27,11 @@ from s2d2.trace import Trace
 
 from .bundle import bundle_json, load_bundle_file
 from .inspector import inspector_hint, inspector_html
+from .player import PLOT_IDS
 from .runner import (
     BASELINE_RULE,
     BUNDLED,
-    RUN_NAMES,
     SLIDER_MAX,
-    TIMING_NOTE,
     ModelCache,
     Progress,
     build_configs,
@@ -42,7 +42,7 @@ from .runner import (
     resolve,
     stream_all,
 )
-from .views import PLOT_IDS, UNCHANGED, VIEWS, build_views, live_views
+from .views import UNCHANGED, VIEWS, Slot, View, build_views, live_views
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
@@ -250,36 +250,46 @@ class Results:
         return [self.slots[f"inspector:{run}"] for run in PLOT_IDS]
 
 
-def results_area() -> Results:
-    from .tokens import legend_html
+def _make_slot(slot: Slot) -> gr.components.Component:
+    """The component of one view's slot, with its note above it."""
+    if slot.note:
+        gr.Markdown(slot.note, elem_classes=["timing-note"])
+    if slot.heading:
+        gr.Markdown(slot.heading)
+    if slot.kind == "plot":
+        return gr.Plot(elem_id=slot.elem_id, show_label=False)
+    if slot.kind == "table":
+        return gr.Dataframe(elem_id=slot.elem_id, show_label=False, wrap=True)
+    value = slot.initial() if slot.initial else None
+    return gr.HTML(value, elem_id=slot.elem_id, elem_classes=list(slot.classes))
 
-    slots: dict[str, gr.components.Component] = {"headline": gr.HTML(elem_id="headline")}
-    gr.HTML(legend_html(), elem_id="legend")
-    slots["player_all"] = gr.HTML(elem_id="player-all")
-    with gr.Row(equal_height=False):
-        for name in RUN_NAMES:
-            with gr.Column(min_width=240):
-                gr.Markdown(f"### {name}")
-                slots[f"text:{name}"] = gr.HTML(elem_id=f"text-{name.lower()}", elem_classes=["run-text"])
+
+def _lay_out(views: Iterable[View], slots: dict[str, gr.components.Component]) -> None:
+    """One place's views in order: a run of views sharing a ``row`` side by side, the others one under another."""
+    for row, side_by_side in groupby(views, key=lambda view: view.slot.row):
+        if row is None:
+            slots.update((view.key, _make_slot(view.slot)) for view in side_by_side)
+            continue
+        with gr.Row(equal_height=False):
+            for view in side_by_side:
+                with gr.Column(scale=view.slot.scale, min_width=view.slot.min_width):
+                    slots[view.key] = _make_slot(view.slot)
+
+
+def tab_id(tab: str) -> str:
+    """A results tab's id, from the last word of its label ("Residual energy" -> "tab-energy")."""
+    return "tab-" + tab.split()[-1].lower()
+
+
+def results_area() -> Results:
+    """One slot per view of :data:`VIEWS`, in its order: the views above the tabs, then one tab per ``tab``."""
+    slots: dict[str, gr.components.Component] = {}
+    _lay_out((view for view in VIEWS if view.slot.tab is None), slots)
     with gr.Tabs():
-        with gr.Tab("Trajectory", id="tab-trajectory"):
-            for run in ("S2D2", "Baseline"):
-                slots[f"player:{run}"] = gr.HTML(elem_id=f"player-{run.lower()}")
-                with gr.Row(equal_height=False):
-                    with gr.Column(scale=3, min_width=320):
-                        slots[f"trajectory:{run}"] = gr.Plot(elem_id=PLOT_IDS[run], show_label=False)
-                    with gr.Column(scale=2, min_width=280):
-                        slots[f"inspector:{run}"] = gr.HTML(inspector_hint(run), elem_id=f"inspector-{run.lower()}")
-        with gr.Tab("Residual energy", id="tab-energy"):
-            slots["energy"] = gr.Plot(elem_id="plot-energy", show_label=False)
-        with gr.Tab("Router", id="tab-router"):
-            slots["router"] = gr.Plot(elem_id="plot-router", show_label=False)
-        with gr.Tab("Cost", id="tab-cost"):
-            gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
-            slots["cost"] = gr.Plot(elem_id="plot-cost", show_label=False)
-        with gr.Tab("Table", id="tab-table"):
-            gr.Markdown(TIMING_NOTE, elem_classes=["timing-note"])
-            slots["table"] = gr.Dataframe(elem_id="stats-table", show_label=False, wrap=True)
+        tabbed = (view for view in VIEWS if view.slot.tab is not None)
+        for tab, views in groupby(tabbed, key=lambda view: view.slot.tab):
+            with gr.Tab(tab, id=tab_id(tab)):
+                _lay_out(views, slots)
     request = gr.Textbox(elem_id="inspect-request", elem_classes=["inspect-request"], show_label=False, container=False)
     return Results(slots, request)
 
@@ -291,13 +301,14 @@ _SHOWN: OrderedDict[str, dict[str, Trace]] = OrderedDict()
 MAX_SESSIONS = 64
 
 
-def _session(request: gr.Request | None) -> str:
+def session_key(request: gr.Request | None) -> str:
+    """The page session a request comes from (``local`` outside a page): the key of its runs and its cancel."""
     return getattr(request, "session_hash", None) or "local"
 
 
 def remember(request: gr.Request | None, traces: dict[str, Trace]) -> None:
     """Keep the runs a session shows, so its inspector can answer without the page sending them back."""
-    key = _session(request)
+    key = session_key(request)
     _SHOWN[key] = dict(traces)
     _SHOWN.move_to_end(key)
     while len(_SHOWN) > MAX_SESSIONS:
@@ -321,7 +332,7 @@ def inspect(asked: str, request: gr.Request = None) -> list:
     updates = {name: gr.update() for name in PLOT_IDS}
     if run not in PLOT_IDS:
         return list(updates.values())
-    trace = _SHOWN.get(_session(request), {}).get(run)
+    trace = _SHOWN.get(session_key(request), {}).get(run)
     try:
         step, position = int(rest[0]), int(rest[1])
     except (IndexError, ValueError):
@@ -341,20 +352,16 @@ def _export_file(traces: dict) -> str:
     return str(path)
 
 
-def _session_key(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or "local"
-
-
 def _new_cancel_event(request: gr.Request | None) -> threading.Event:
     """A fresh event per run, so a cancelled run still winding down never sees the next run's clear."""
-    event = _CANCELS[_session_key(request)] = threading.Event()
+    event = _CANCELS[session_key(request)] = threading.Event()
     return event
 
 
 def _drop_cancel_event(request: gr.Request | None, event: threading.Event) -> None:
     """Forget a finished run's event (unless a newer run of the session has replaced it), so the table
     holds only runs in progress instead of one entry per session that ever ran."""
-    key = _session_key(request)
+    key = session_key(request)
     if _CANCELS.get(key) is event:
         del _CANCELS[key]
 
@@ -412,7 +419,7 @@ def _run_comparison(model_id: str, prompt: str, given: dict, request, cancel: th
 
 
 def cancel_run(request: gr.Request = None) -> str:
-    event = _CANCELS.get(_session_key(request))
+    event = _CANCELS.get(session_key(request))
     if event is not None:
         event.set()
     return status_html("Cancelled: decoding stopped; the results below are from before.", "warn")

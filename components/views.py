@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import plotly.graph_objects as go
 
@@ -19,9 +20,10 @@ from .figures import (
     trajectory_figure,
 )
 from .inspector import inspector_hint
-from .narration import narrate
+from .player import PLOT_IDS, player_all_html, player_html
+from .runner import TIMING_NOTE
 from .tables import stats_table
-from .tokens import tokens_html
+from .tokens import legend_html, tokens_html
 
 
 def _times(a: float, b: float) -> str:
@@ -82,53 +84,46 @@ def text_panel(runs: dict[str, Trace], name: str) -> str:
     return run_caption(trace) + exactness_caption(trace) + tokens_html(trace)
 
 
-PLOT_IDS = {"Baseline": "plot-trajectory-baseline", "S2D2": "plot-trajectory-s2d2"}
-
-
-def player_html(trace: Trace | None, run: str) -> str:
-    """▶ Play / ❚❚ Pause for one trajectory and the sentence of the step shown (the last one at first).
-
-    The buttons do nothing on the server: the page's player script
-    (``assets/player.js``) animates the plot named in ``data-plot``.
-    """
-    if trace is None or not trace.steps:
-        return ""
-    sentence = html.escape(narrate(trace)[-1])
-    return (
-        f'<div class="player" data-run="{run}" data-plot="{PLOT_IDS[run]}">'
-        f'<button type="button" class="play-button" aria-label="Play the {run} trajectory">▶ Play</button>'
-        f'<p class="narration" aria-live="polite">{sentence}</p></div>'
-    )
-
-
-def player_all_html(runs: dict[str, Trace]) -> str:
-    """One control that replays every run in lockstep, one forward at a time, so cheaper runs finish first."""
-    if not runs:
-        return ""
-    spent = " · ".join(f"{html.escape(name)} {t.summary.nfe}" for name, t in runs.items())
-    return (
-        '<div class="player player-all"><button type="button" class="play-all-button">▶ Play all runs by forward</button>'
-        f'<p class="clock" aria-live="polite">forwards per run: {spent}</p></div>'
-    )
-
-
 # -- the results area as one ordered table ---------------------------------------
 
 UNCHANGED = object()  # a live view's answer for "leave this output as it is"
 
 
 @dataclass(frozen=True)
-class View:
-    """One output of the results area.
+class Slot:
+    """Where a view shows on the page and as what: the component ``components.ui.results_area`` makes for it.
 
-    ``key`` names the component it fills (``components.ui.results_area``
-    keys its slots the same way); ``build`` renders it from finished runs;
-    ``live`` updates it while decoding, from the runs so far and the name of
-    the run that just moved (``None``: it waits for the finished runs). A new
-    figure is one function and one row of :data:`VIEWS`.
+    ``kind`` is ``html``, ``plot`` or ``table``. ``tab`` names the results tab
+    holding it (``None``: above the tabs); views of one tab are consecutive in
+    :data:`VIEWS`. Consecutive views sharing a ``row`` sit side by side, each in
+    a column of ``scale`` and ``min_width``, under its ``heading``. ``note`` is
+    a line of Markdown above the component; ``initial`` its value before any run.
+    """
+
+    kind: Literal["html", "plot", "table"]
+    elem_id: str
+    tab: str | None = None
+    row: str | None = None
+    scale: int = 1
+    min_width: int = 240
+    heading: str = ""
+    note: str = ""
+    initial: Callable[[], object] | None = None
+    classes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class View:
+    """One output of the results area: its key, its slot, and how to fill it.
+
+    ``build`` renders it from finished runs; ``live`` updates it while
+    decoding, from the runs so far and the name of the run that just moved
+    (``None``: it waits for the finished runs). A new figure is one function
+    and one row of :data:`VIEWS`: the page makes its slot from ``slot``.
     """
 
     key: str
+    slot: Slot
     build: Callable[[dict[str, Trace]], object]
     live: Callable[[dict[str, Trace], str], object] | None = None
 
@@ -140,11 +135,13 @@ def _text_view(name: str) -> View:
     def live(shown: dict[str, Trace], changed: str) -> str:
         return text_panel(shown, name) if name in shown else '<div class="run-missing">waiting…</div>'
 
-    return View(f"text:{name}", lambda runs: text_panel(runs, name), live)
+    slot = Slot("html", f"text-{name.lower()}", row="texts", heading=f"### {name}", classes=("run-text",))
+    return View(f"text:{name}", slot, lambda runs: text_panel(runs, name), live)
 
 
-def _trajectory_views(run: str) -> tuple[View, View]:
-    """The run's ▶ Play control and its trajectory figure; while decoding, the figure follows the run."""
+def _trajectory_views(run: str) -> tuple[View, View, View]:
+    """The run's ▶ Play control, its trajectory figure and, beside it, its inspector; while decoding, the
+    figure follows the run."""
 
     def figure(runs: dict[str, Trace]) -> go.Figure:
         trace = runs.get(run)
@@ -159,8 +156,18 @@ def _trajectory_views(run: str) -> tuple[View, View]:
     def live_figure(shown: dict[str, Trace], changed: str) -> object:
         return trajectory_figure(shown[run], f"{run} trajectory (decoding…)", run) if changed == run else UNCHANGED
 
-    player = View(f"player:{run}", lambda runs: player_html(runs.get(run), run), live_player)
-    return player, View(f"trajectory:{run}", figure, live_figure)
+    tab, beside = "Trajectory", f"trajectory:{run}"
+    player = View(
+        f"player:{run}",
+        Slot("html", f"player-{run.lower()}", tab),
+        lambda runs: player_html(runs.get(run), run),
+        live_player,
+    )
+    plot = View(beside, Slot("plot", PLOT_IDS[run], tab, beside, scale=3, min_width=320), figure, live_figure)
+    hint = Slot(
+        "html", f"inspector-{run.lower()}", tab, beside, scale=2, min_width=280, initial=lambda: inspector_hint(run)
+    )
+    return player, plot, View(f"inspector:{run}", hint, lambda runs: inspector_hint(run))
 
 
 def _of_s2d2(make: Callable[[Trace], go.Figure]) -> Callable[[dict[str, Trace]], go.Figure]:
@@ -168,15 +175,15 @@ def _of_s2d2(make: Callable[[Trace], go.Figure]) -> Callable[[dict[str, Trace]],
 
 
 VIEWS: tuple[View, ...] = (
-    View("headline", headline_html),
-    View("player_all", player_all_html),
+    View("headline", Slot("html", "headline"), headline_html),
+    View("legend", Slot("html", "legend", initial=legend_html), lambda runs: legend_html()),
+    View("player_all", Slot("html", "player-all"), player_all_html),
     *(_text_view(name) for name in ("AR", "Baseline", "S2D2")),
-    *(view for run in PLOT_IDS for view in _trajectory_views(run)),
-    View("energy", _of_s2d2(residual_energy_figure)),
-    View("router", _of_s2d2(router_figure)),
-    View("cost", cost_figure),
-    View("table", stats_table),
-    *(View(f"inspector:{run}", lambda runs, run=run: inspector_hint(run)) for run in PLOT_IDS),
+    *(view for run in ("S2D2", "Baseline") for view in _trajectory_views(run)),
+    View("energy", Slot("plot", "plot-energy", "Residual energy"), _of_s2d2(residual_energy_figure)),
+    View("router", Slot("plot", "plot-router", "Router"), _of_s2d2(router_figure)),
+    View("cost", Slot("plot", "plot-cost", "Cost", note=TIMING_NOTE), cost_figure),
+    View("table", Slot("table", "stats-table", "Table", note=TIMING_NOTE), stats_table),
 )
 
 

@@ -1,4 +1,4 @@
-"""Start ``python app.py`` on a free port for the API and browser tests."""
+"""Start ``python app.py`` on a port held for it, for the API and browser tests."""
 
 from __future__ import annotations
 
@@ -13,17 +13,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class HeldPort:
+    """A port no one else is handed until released, for a server that binds it with ``SO_REUSEADDR``.
+
+    Releasing a probed port before the server binds it lets another process
+    (a parallel test, another app) take it in between. Here the probe stays
+    bound, with ``SO_REUSEADDR`` and never listening: the server (uvicorn under
+    Gradio, torch's TCPStore under accelerate, both binding with ``SO_REUSEADDR``)
+    can still bind and listen on it, while the kernel hands the port to no
+    other ``bind``.
+    """
+
+    def __init__(self):
+        self._socket = socket.socket()
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", 0))
+        self.port: int = self._socket.getsockname()[1]
+
+    def release(self) -> None:
+        self._socket.close()
+
+    def __enter__(self) -> int:
+        return self.port
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class AppServer:
     """The real app in a subprocess, exactly as a user starts it."""
 
     def __init__(self, log_path: Path):
-        self.port = free_port()
+        self._hold = HeldPort()
+        self.port = self._hold.port
         self.url = f"http://127.0.0.1:{self.port}/"
         env = {
             **os.environ,
@@ -39,6 +61,13 @@ class AppServer:
         )
 
     def wait_ready(self, timeout: float = 120) -> None:
+        """Until the app answers on its port; the port is released to it then (it listens there by now)."""
+        try:
+            self._answer_within(timeout)
+        finally:
+            self._hold.release()
+
+    def _answer_within(self, timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
@@ -52,6 +81,7 @@ class AppServer:
         raise TimeoutError(f"app.py did not answer on {self.url} within {timeout}s")
 
     def stop(self) -> None:
+        self._hold.release()
         self.process.terminate()
         try:
             self.process.wait(timeout=10)
