@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 
 from .acceptance import ACCEPTANCE_MODES
 from .fields import check_declared, setting
-from .policies import ESTIMATORS, POLICIES, SCORE_TYPES, always_verifies
+from .policies import ESTIMATORS, POLICIES, SCORE_TYPES, UCB_ENTROPY_SOURCES, always_verifies
 from .rules import COMMIT_RULES
 from .sampling import SamplingConfig
 
 METHODS = ("ar", *COMMIT_RULES, "s2d2")
 ACCOUNTINGS = ("fused", "official")
-UCB_ENTROPY_SOURCES = ("span", "masked")
 
 
 @dataclass(frozen=True)
