@@ -118,8 +118,8 @@ class Decoder:
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         session = self.new_session(self.recorder.forward)
         if self.policy is not None:
-            parts = (self.policy, self.generator, self.recorder, self.incremental)
-            self.verifier = Verifier(self.model, cfg, session, *parts)
+            self.verifier = Verifier(self.model, cfg, session, self.policy, self.generator, self.recorder,
+                                     self.incremental)  # fmt: skip
 
         start_time = time.perf_counter()
         prefilled = prompt_length // B * B
@@ -237,11 +237,14 @@ class Decoder:
         edits = block.edits(draft, cfg.edit_threshold) if cfg.edit_threshold is not None else []
         k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], sum(candidates))
         verifier = self.verifier
-        decision = verifier.propose(block, draft, edits, candidates, window_end) if verifier else StepDecision({})
+        if verifier is None:
+            decision = StepDecision({})
+        else:
+            decision = verifier.propose(block, draft, edits, candidates, window_end)
         fill = tr.FALLBACK if decision.verification is not None else tr.THRESHOLD
         decision.commits = self.rule.fill(draft, candidates, decision.commits, k_min, fill, cfg)
         decision.edits, decision.rule = edits, self.rule.record(cfg, k_min)
-        if verifier:
+        if verifier is not None:
             verifier.observe(decision)
         block.commit(decision.commits, edits)
         if decision.carry is not None:
