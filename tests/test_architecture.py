@@ -131,3 +131,61 @@ def test_the_size_check_counts_the_decoder_and_each_method():
     long_method = "    def run(self):\n" + "        x = 1\n" * 40
     probe = "class Decoder:\n" + long_method + "    def small(self):\n        pass\n" * 105
     assert size_offences(probe) == ["Decoder: 252 lines", "Decoder.run: 41 lines"]
+
+
+# -- the engine's imports form no circle ----------------------------------------------------------
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path, root: Path) -> set[str]:
+    """Every module a file under ``root`` imports, relative imports resolved (inside functions too), a
+    ``from m import name`` counted as ``m.name`` and ``m``. Its own packages are left out: Python runs
+    them before any of their modules, so a module importing its package closes no circle."""
+    name = module_name(path, root)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            found.update({base, *(f"{base}.{alias.name}" for alias in node.names)})
+    return {m for m in found if m != name and not name.startswith(m + ".")}
+
+
+def import_circles(package: Path) -> list[list[str]]:
+    """The modules of ``package`` that import each other, directly or through others: one list per circle."""
+    root = package.parent
+    paths = {module_name(p, root): p for p in package.rglob("*.py")}
+    graph = {name: module_imports(path, root) & set(paths) for name, path in paths.items()}
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        reach[start] = seen
+    circles = {tuple(sorted({n} | {m for m in reach[n] if n in reach[m]})) for n in graph if n in reach[n]}
+    return sorted(map(list, circles))
+
+
+def test_the_engine_imports_form_no_circle():
+    assert import_circles(ENGINE) == []
+
+
+def test_the_circle_check_sees_a_circle_through_a_lazy_import(tmp_path):
+    probe = tmp_path / "s2d2"
+    (probe / "tasks").mkdir(parents=True)
+    (probe / "config.py").write_text("from .policies import POLICIES\n")
+    (probe / "policies.py").write_text("from . import trace\n")
+    (probe / "trace.py").write_text("def upgrade():\n    from .config import DecodeConfig\n")
+    (probe / "tasks" / "__init__.py").write_text("def families():\n    from .team import TeamPicks\n")
+    (probe / "tasks" / "team.py").write_text("from . import Task\n")
+    assert import_circles(probe) == [["s2d2.config", "s2d2.policies", "s2d2.trace"]]
