@@ -5,9 +5,10 @@ is exactly "the baseline plus a verifier": any difference between the two is
 what verification did.
 
 Every setting comes from :data:`s2d2.settings.SETTINGS`, declared once on the
-engine's config dataclasses. What the dashboard adds lives in the small tables
-below: its own defaults, slider ranges, the baseline rule (which also sets
-S2D2's ``s2d2_rule``) and which sections of the config each run reads.
+engine's config dataclasses, and is read by the engine's one reader
+(:func:`s2d2.config.read_settings`). What the dashboard adds lives in the small
+tables below: its own defaults, slider ranges, the baseline rule (which also
+sets S2D2's ``s2d2_rule``) and which sections of the config each run reads.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-from s2d2.config import COMMIT_RULES, PRESETS, DecodeConfig, config_from_settings
+from s2d2.config import COMMIT_RULES, PRESETS, DecodeConfig, config_from_settings, read_settings
 from s2d2.decode import Decoder, generate
 from s2d2.models import BUNDLED_MODELS, BlockDiffusionModel, load_model
 from s2d2.models.catalog import MODEL_CATALOG
-from s2d2.settings import BY_NAME, SETTINGS, Setting
+from s2d2.settings import SETTINGS, Setting
 from s2d2.trace import Trace
 
 RUN_NAMES = ("AR", "Baseline", "S2D2")
@@ -49,6 +50,21 @@ SLIDER_MAX = {"block_length": 64, "tau_span": 64, "max_new_tokens": 256, "max_po
 # baseline run and S2D2's diffusion rule, so they never disagree.
 DASHBOARD_OWNED = {"method", "s2d2_rule"}
 BASELINE_RULE = ("baseline_method", "dynamic")
+BASELINE_SETTING = Setting(
+    name=BASELINE_RULE[0],
+    section=None,
+    kind=str,
+    optional=False,
+    default=BASELINE_RULE[1],
+    label="Baseline rule (also S2D2's rule when it skips verification)",
+    help="dynamic: every draft with confidence > τ; static: B / steps per step; "
+    "entropy_bounded: the least uncertain drafts within an entropy budget",
+    choices=COMMIT_RULES,
+    minimum=None,
+    maximum=None,
+    step=None,
+    group="decoding",
+)
 # Which config sections each run reads (``None`` = DecodeConfig's own fields);
 # AR ignores block settings by construction, the baseline never verifies.
 RUN_SECTIONS = {"AR": (None, "sampling"), "Baseline": (None, "sampling"), "S2D2": (None, "verify", "sampling")}
@@ -82,9 +98,12 @@ def model_source(model_id: str | None) -> str:
 
 
 def preset_values(name: str | None) -> dict:
-    """The panel values a preset sets (all but the sampling group), or nothing for ``custom``."""
-    if not name or name in ("custom", "defaults"):
+    """The panel values a preset sets (all but the sampling group): nothing for ``custom``, the dashboard's
+    defaults for ``defaults``."""
+    if not name or name == "custom":
         return {}
+    if name == "defaults":
+        return defaults()
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of custom, defaults, {', '.join(PRESETS)}")
     config = config_from_settings(preset=name)
@@ -93,22 +112,18 @@ def preset_values(name: str | None) -> dict:
     return {BASELINE_RULE[0]: config.s2d2_rule, **values}
 
 
-def resolve(preset: str | None = None, given: dict | None = None) -> dict:
-    """Dashboard defaults, then the preset, then the settings ``given`` by name, checked."""
-    given = dict(given or {})
-    known = {BASELINE_RULE[0], *(s.name for s in panel_settings())}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise ValueError(f"unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")
-    values = {**defaults(), **preset_values(preset)}
-    for name, value in given.items():
-        if name == BASELINE_RULE[0]:
-            if value not in COMMIT_RULES:
-                raise ValueError(f"unknown baseline_method {value!r}; choose one of {', '.join(COMMIT_RULES)}")
-            values[name] = value
-        else:
-            values[name] = BY_NAME[name].coerce(value)
-    return values
+def resolve(preset: str | None = None, given: dict | None = None, preset_wins: bool = False) -> dict:
+    """Dashboard defaults, then the preset and the settings ``given`` by name, read by the engine's reader.
+
+    ``given`` wins over the preset (the API: a preset, then the settings one
+    sends), unless ``preset_wins`` (the page: the picked preset sets the panel,
+    and a Run clicked before the panel has refilled must decode the preset the
+    page shows, not the panel's previous values).
+    """
+    declared = {BASELINE_SETTING.name: BASELINE_SETTING, **{s.name: s for s in panel_settings()}}
+    read = read_settings(given or {}, declared=declared)
+    layers = (read, preset_values(preset)) if preset_wins else (preset_values(preset), read)
+    return {**defaults(), **layers[0], **layers[1]}
 
 
 def build_configs(values: dict) -> dict[str, DecodeConfig]:

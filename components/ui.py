@@ -30,6 +30,7 @@ from .inspector import inspector_hint, inspector_html
 from .player import PLOT_IDS
 from .runner import (
     BASELINE_RULE,
+    BASELINE_SETTING,
     BUNDLED,
     SLIDER_MAX,
     ModelCache,
@@ -154,10 +155,6 @@ class SettingsPanel:
         return list(self.controls.values())
 
 
-def _value(s: Setting, value):
-    return " ".join(map(str, value)) if s.kind is tuple and value is not None else value
-
-
 def _by_group() -> dict[str, list[Setting]]:
     by_group: dict[str, list[Setting]] = {}
     for s in panel_settings():
@@ -189,17 +186,10 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
         for group, title in SECTIONS:
             with gr.Column(min_width=240):
                 gr.Markdown(title)
-                if group == "decoding":
-                    panel.controls[BASELINE_RULE[0]] = gr.Radio(
-                        ["dynamic", "static", "entropy_bounded"],
-                        value=start[BASELINE_RULE[0]],
-                        label="Baseline rule (also S2D2's rule when it skips verification)",
-                        info="dynamic: every draft with confidence > τ; static: B / steps per step; "
-                        "entropy_bounded: the least uncertain drafts within an entropy budget",
-                        elem_id="set-baseline_method",
-                    )
+                if group == BASELINE_SETTING.group:
+                    panel.controls[BASELINE_SETTING.name] = _control(BASELINE_SETTING, start[BASELINE_SETTING.name])
                 for s in by_group.get(group, []):
-                    panel.controls[s.name] = _control(s, _value(s, start[s.name]))
+                    panel.controls[s.name] = _control(s, s.shown(start[s.name]))
     with gr.Accordion("Advanced settings", open=False, elem_id="advanced-settings"):
         with gr.Row(equal_height=False, elem_classes=["settings-row"]):
             advanced = [s for g, items in by_group.items() if g not in dict(SECTIONS) for s in items]
@@ -207,22 +197,15 @@ def settings_panel() -> tuple[gr.Dropdown, SettingsPanel]:
             for part in (advanced[:half], advanced[half:]):
                 with gr.Column(min_width=240):
                     for s in part:
-                        panel.controls[s.name] = _control(s, _value(s, start[s.name]))
+                        panel.controls[s.name] = _control(s, s.shown(start[s.name]))
     return preset, panel
 
 
 def preset_panel_values(name: str) -> dict:
-    """The panel values a preset sets, by setting name (as the page sends them); none for ``custom``.
-
-    Shared by the preset picker and the Run handler: the picker fills the panel
-    in a round trip of its own, and a Run clicked before that trip returns would
-    otherwise decode with the previous settings while the picker shows the new preset.
-    """
-    if name == "custom" or (name not in PRESETS and name != "defaults"):
-        return {}
-    values = defaults() if name == "defaults" else preset_values(name)
+    """The panel values a preset sets, by setting name, as the panel's controls hold them; none for ``custom``."""
+    values = preset_values(name) if name in PRESETS or name == "defaults" else {}
     by_name = {s.name: s for s in panel_settings()}
-    return {n: _value(by_name[n], values[n]) if n in by_name else values[n] for n in panel_order() if n in values}
+    return {n: by_name[n].shown(values[n]) if n in by_name else values[n] for n in panel_order() if n in values}
 
 
 def apply_preset(name: str) -> list:
@@ -370,25 +353,28 @@ def run_comparison(model_id: str, prompt: str, preset: str, *values, request: gr
     """Decode with AR, the baseline and S2D2, streaming each run's text and trajectory as blocks commit.
 
     ``values`` are the panel's settings in :func:`panel_order`; a picked preset
-    (anything but ``custom``) overrides the ones it sets, so the run matches the
-    preset the page shows even when its panel update has not arrived yet. Editing
-    a setting by hand sets the picker back to ``custom`` in the page.
+    (anything but ``custom``) overrides the ones it sets (:func:`~components.runner.resolve`
+    with ``preset_wins``), so the run matches the preset the page shows even when
+    the picker's panel update has not arrived yet. Editing a setting by hand sets
+    the picker back to ``custom`` in the page.
     Yields status, results and the export file. Bad input or a model that
     cannot load leaves the previous results in place and says why.
     """
     cancel = _new_cancel_event(request)
-    given = {**dict(zip(panel_order(), values)), **preset_panel_values(preset)}
+    given = dict(zip(panel_order(), values))
     try:
-        yield from _run_comparison(model_id, prompt, given, request, cancel)
+        yield from _run_comparison(model_id, prompt, preset, given, request, cancel)
     finally:
         _drop_cancel_event(request, cancel)
 
 
-def _run_comparison(model_id: str, prompt: str, given: dict, request, cancel: threading.Event) -> Iterator[list]:
+def _run_comparison(
+    model_id: str, prompt: str, preset: str, given: dict, request, cancel: threading.Event
+) -> Iterator[list]:
     keep = [gr.update()] * RESULT_SLOTS
     try:
         prompt = check_prompt(prompt)
-        configs = build_configs(resolve(given=given))
+        configs = build_configs(resolve(preset, given, preset_wins=True))
         lines: list[str] = []
         model = MODELS.get(model_id, announce=lines.append)
         shown: dict[str, Trace] = {}

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import trace as tr
+from .decisions import top_k_columns
+from .sampling import SamplingConfig, logits_to_probs, sample
 
 Commits = dict[int, tuple[int, str]]  # block position -> (token, outcome)
 
@@ -70,8 +72,38 @@ class BlockState:
     def first_generated(self) -> int:
         return max(0, -self.offset)
 
-    def write(self, tokens: dict[int, int]) -> None:
-        """Write tokens at block positions (commits or edits) on host and device alike."""
+    def commit(self, commits: Commits, edits: list[tr.EditRecord] = ()) -> None:
+        """The one place tokens enter the block: a step's edits rewrite committed tokens, its commits fill masks."""
+        rewritten = {e.position - self.offset: e.new for e in edits}
+        self._write({**rewritten, **{i: token for i, (token, _) in commits.items()}})
+        self.decoded += len(commits)
+
+    def with_drafts(self, draft: Draft, edits: list[tr.EditRecord]) -> torch.Tensor:
+        """The block as a verifier reads it before the step commits: the draft at every masked position, the
+        committed tokens elsewhere, as this step's edits leave them."""
+        view = torch.where(self.masked_on_device, draft.tokens, self.tokens)
+        if edits:
+            index = torch.tensor([e.position - self.offset for e in edits], device=view.device)
+            view[index] = torch.tensor([e.new for e in edits], device=view.device)
+        return view
+
+    def edits(self, draft: Draft, threshold: float) -> list[tr.EditRecord]:
+        """Committed answer tokens the new draft replaces (LLaDA2's editing, τ_edit).
+
+        A committed position is rewritten, not re-masked, when the draft now
+        prefers another token with confidence above the edit threshold.
+        """
+        return [
+            tr.EditRecord(i + self.offset, self.host[i], draft.tokens_host[i], draft.confidence_host[i])
+            for i in range(self.first_generated, len(self.host))
+            if not self.masked[i]
+            and self.active[i]
+            and draft.tokens_host[i] != self.host[i]
+            and draft.confidence_host[i] > threshold
+        ]
+
+    def _write(self, tokens: dict[int, int]) -> None:
+        """Write tokens at block positions on host and device alike."""
         if not tokens:
             return
         for i, token in tokens.items():
@@ -102,6 +134,21 @@ class Draft:
     confidence_host: list[float]
     top_host: list[list] | None = None  # per row, the drafter's top-k ids then probabilities (``trace_top_k``)
 
+    @classmethod
+    def from_logits(
+        cls, logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator, top_k: int
+    ) -> Draft:
+        """Draw the drafts of one forward's rows, with one transfer to the host (and the top-k when recorded)."""
+        probs = logits_to_probs(logits, sampling)
+        tokens = sample(probs, generator, sampling.greedy)
+        confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
+        columns = [tokens.double()[:, None], confidence.double()[:, None]]
+        if top_k:
+            columns.append(top_k_columns(probs, top_k))
+        host = torch.cat(columns, dim=1).tolist()  # the draft's one transfer to the host
+        top = [row[2:] for row in host] if top_k else None  # made into pairs only for the positions recorded
+        return cls(probs, tokens, confidence, [int(row[0]) for row in host], [row[1] for row in host], top)
+
 
 @dataclass
 class Carry:
@@ -119,20 +166,23 @@ class Carry:
 
 @dataclass
 class Verification:
-    """What one verifier forward decided, at block positions from ``start`` on.
+    """What one verifier forward decided over the span ``start, length`` (block positions).
 
-    ``stats`` holds ``(q(x), q/p, energy, residual mass)`` for every verified
-    position that was still masked; ``commits`` the accepted prefix, the
-    correction and any ratio-threshold accepts; ``detail`` the decision per
-    position (:class:`~s2d2.trace.PositionRecord` fields: ``q_top``, ``u``,
-    ``accept_probability``, ``residual_top``).
+    ``commits`` holds the accepted prefix, the correction and any
+    ratio-threshold accepts. ``rows`` is the decision table, one row per
+    verified position from ``start`` on (the span, then any positions the ratio
+    threshold looked past it): ``(q(x), q/p, energy, residual mass, acceptance
+    probability, u, q's top-k...)``; ``residual_top`` the top-k of the residual
+    at the first rejection (when recorded). The recorder turns them into the
+    trace's position fields.
     """
 
     start: int
+    length: int
     accepted: int
     commits: Commits
-    stats: dict[int, tuple[float, float, float, float]]
-    detail: dict[int, dict] = field(default_factory=dict)
+    rows: list[list[float]]
+    residual_top: list | None = None
     carry: Carry | None = None  # it accepted everything a lookahead was carried for
 
 
@@ -145,3 +195,8 @@ class StepDecision:
     verification: Verification | None = None
     edits: list[tr.EditRecord] = field(default_factory=list)
     rule: dict | None = None
+
+    @property
+    def carry(self) -> Carry | None:
+        """The lookahead this step's verification carried past its span, if it accepted through it."""
+        return None if self.verification is None else self.verification.carry

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .acceptance import ACCEPTANCE_MODES
-from .fields import check_declared, setting
-from .policies import ESTIMATORS, POLICIES, SCORE_TYPES, always_verifies
+from .fields import Setting, check_declared, setting, settings_of
+from .policies import ESTIMATORS, POLICIES, SCORE_TYPES, UCB_ENTROPY_SOURCES, always_verifies
 from .rules import COMMIT_RULES
 from .sampling import SamplingConfig
 
 METHODS = ("ar", *COMMIT_RULES, "s2d2")
 ACCOUNTINGS = ("fused", "official")
-UCB_ENTROPY_SOURCES = ("span", "masked")
 
 
 @dataclass(frozen=True)
@@ -373,12 +373,8 @@ class DecodeConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> DecodeConfig:
-        data = dict(data)
-        sampling = SamplingConfig(**data.pop("sampling", {}))
-        verify = data.pop("verify", {})
-        if "ucb_bins" in verify:
-            verify = {**verify, "ucb_bins": tuple(verify["ucb_bins"])}
-        return cls(sampling=sampling, verify=VerifyConfig(**verify), **data)
+        """The config of :meth:`to_dict`'s data (a trace's, a results file's), read by :func:`read_settings`."""
+        return config_of(read_settings(flat_settings(data)))
 
 
 @dataclass(frozen=True)
@@ -524,40 +520,76 @@ PRESETS = {
 }
 
 
+# -- settings by name: the one reader ------------------------------------------------------------------
+
+SECTIONS = {"verify": VerifyConfig, "sampling": SamplingConfig}  # DecodeConfig's nested sections, by field name
+SETTINGS: tuple[Setting, ...] = tuple(
+    settings_of(DecodeConfig, None) + [s for name, cls in SECTIONS.items() for s in settings_of(cls, name)]
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def read_settings(
+    given: Mapping[str, object],
+    what: str = "setting",
+    declared: Mapping[str, Setting] = BY_NAME,
+    others: Iterable[str] = (),
+) -> dict:
+    """The one reader of settings by name: ``{name: value}`` to checked, typed values.
+
+    Whoever sends them (the CLI, lm-eval's ``model_args``, the dashboard's
+    panel, its API, a YAML file), an unknown name is one error naming ``what``
+    was given and the known names (``others``: names the caller takes itself),
+    and every value is read by its declaration (:meth:`~s2d2.fields.Setting.coerce`:
+    text parsed, typed values checked). ``declared`` defaults to every decoding
+    setting; the dashboard passes its own panel.
+    """
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        known = ", ".join([*others, *declared])
+        raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))}; known settings: {known}")
+    return {name: declared[name].coerce(value) for name, value in given.items()}
+
+
+def flat_settings(nested: Mapping[str, object]) -> dict:
+    """Settings by flat name from a nested mapping (``verify`` and ``sampling`` as sections, as presets and
+    :meth:`DecodeConfig.to_dict` write them)."""
+    flat: dict = {}
+    for key, value in nested.items():
+        flat.update(value if key in SECTIONS else {key: value})
+    return flat
+
+
+def config_of(values: Mapping[str, object]) -> DecodeConfig:
+    """The :class:`DecodeConfig` of read settings; a setting not given keeps its declared default (derived
+    fields such as the sub-block length and the steps stay unset, so they follow the block length)."""
+    sections: dict[str | None, dict] = {None: {}, **{name: {} for name in SECTIONS}}
+    for name, value in values.items():
+        sections[BY_NAME[name].section][name] = value
+    nested = {name: cls(**sections[name]) for name, cls in SECTIONS.items()}
+    return DecodeConfig(**nested, **sections[None])
+
+
+def preset_settings(name: str) -> dict:
+    """The settings a preset declares, by flat name."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return flat_settings(PRESETS[name].settings)
+
+
+def config_from_settings(preset: str | None = None, **settings) -> DecodeConfig:
+    """A :class:`DecodeConfig` from flat setting names (``block_length=16, acceptance="greedy",
+    temperature=0.7``), read by :func:`read_settings` and applied on top of ``preset`` (or the defaults):
+    where presets meet given settings."""
+    values = read_settings(settings)
+    if preset is not None:
+        values = {**preset_settings(preset), **values}
+    return config_of(values)
+
+
 def preset_config(name: str, **overrides) -> DecodeConfig:
     """The :class:`DecodeConfig` of a preset, with ``overrides`` applied on top.
 
     ``verify`` and ``sampling`` overrides are merged field by field.
     """
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    settings = {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].settings.items()}
-    for key in ("verify", "sampling"):
-        if key in overrides:
-            settings[key] = {**settings.get(key, {}), **overrides.pop(key)}
-    settings.update(overrides)
-    return DecodeConfig.from_dict(settings)
-
-
-def config_from_settings(preset: str | None = None, **settings) -> DecodeConfig:
-    """A :class:`DecodeConfig` from flat setting names (``block_length=16, acceptance="greedy",
-    temperature=0.7``): each name is a field of :class:`DecodeConfig`, :class:`VerifyConfig`
-    or :class:`SamplingConfig`, applied on top of ``preset`` (or the defaults)."""
-    sections = {"verify": VerifyConfig, "sampling": SamplingConfig}
-    owner = {f.name: key for key, cls in sections.items() for f in dataclasses.fields(cls)}
-    top = {f.name for f in dataclasses.fields(DecodeConfig)} - set(sections)
-    grouped: dict = {"verify": {}, "sampling": {}}
-    flat: dict = {}
-    for name, value in settings.items():
-        if name in owner:
-            grouped[owner[name]][name] = value
-        elif name in top:
-            flat[name] = value
-        else:
-            raise ValueError(f"unknown setting {name!r}")
-    if preset is not None:
-        return preset_config(preset, **flat, **{k: v for k, v in grouped.items() if v})
-    # From the declarations, not from a built default: derived fields (sub-block, steps) must stay unset.
-    return DecodeConfig(
-        verify=VerifyConfig(**grouped["verify"]), sampling=SamplingConfig(**grouped["sampling"]), **flat
-    )
+    return config_from_settings(name, **flat_settings(overrides))

@@ -11,28 +11,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-from .trace import RouteRecord
+from .sampling import normalized_entropy
 
-ESTIMATORS = (
-    "soft_entropy_negexp",
-    "hard_margin",
-    "soft_confidence",
-    "hard_entropy_threshold",
-    "soft_clipped_linear_margin",
-    "soft_renyi_2_entropy",
-)
-POLICIES = ("always", "min_span", "score", "hysteresis", "ucb")
 SCORE_TYPES = ("static", "dynamic")
-
-
-def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy of each row divided by ``log V``: 0 is certain, 1 uniform."""
-    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
-    return entropy / math.log(probs.shape[-1])
 
 
 def _top2_margin(probs: torch.Tensor) -> torch.Tensor:
@@ -40,34 +26,72 @@ def _top2_margin(probs: torch.Tensor) -> torch.Tensor:
     return top2[:, 0] - top2[:, 1]
 
 
+def _renyi_2(probs: torch.Tensor, confidence: torch.Tensor, verify) -> torch.Tensor:
+    """exp(-H_2) = Σ p²: the chance two independent draws agree."""
+    return probs.square().sum(dim=-1).clamp(0, 1)
+
+
+# Estimator name → ``(span rows of p, drafted tokens' probabilities, VerifyConfig) -> α_i``. The names are the
+# official code's, except ``hard_margin`` (its ``hard_margin_threshold``) and ``soft_confidence``
+# (``soft_confidence_power``); each reads its own parameter from the VerifyConfig.
+ESTIMATOR_FUNCTIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, object], torch.Tensor]] = {
+    "soft_entropy_negexp": lambda probs, confidence, v: torch.exp(-v.entropy_temperature * normalized_entropy(probs)),
+    "hard_margin": lambda probs, confidence, v: (_top2_margin(probs) > v.margin).float(),
+    "soft_confidence": lambda probs, confidence, v: confidence.clamp(0, 1) ** v.confidence_power,
+    "hard_entropy_threshold": lambda probs, confidence, v: (normalized_entropy(probs) < v.entropy_threshold).float(),
+    "soft_clipped_linear_margin": lambda probs, confidence, v: (v.margin_coef * _top2_margin(probs)).clamp(0, 1),
+    "soft_renyi_2_entropy": _renyi_2,
+}
+ESTIMATORS = tuple(ESTIMATOR_FUNCTIONS)
+
+
 def acceptance_estimate(probs: torch.Tensor, confidence: torch.Tensor, verify) -> torch.Tensor:
     """Per-position acceptance estimates ``α_i`` of the span's drafts.
 
     ``probs`` are the drafter's rows for the span, ``confidence`` the
     probability of each drafted token, ``verify`` the :class:`VerifyConfig`.
-    The names are the official code's, except ``hard_margin`` (its
-    ``hard_margin_threshold``) and ``soft_confidence`` (``soft_confidence_power``).
     """
-    name = verify.estimator
-    if name == "soft_entropy_negexp":
-        return torch.exp(-verify.entropy_temperature * normalized_entropy(probs))
-    if name == "hard_entropy_threshold":
-        return (normalized_entropy(probs) < verify.entropy_threshold).float()
-    if name == "hard_margin":
-        return (_top2_margin(probs) > verify.margin).float()
-    if name == "soft_clipped_linear_margin":
-        return (verify.margin_coef * _top2_margin(probs)).clamp(0, 1)
-    if name == "soft_confidence":
-        return confidence.clamp(0, 1) ** verify.confidence_power
-    if name == "soft_renyi_2_entropy":
-        # exp(-H_2) = Σ p²: the chance two independent draws agree.
-        return probs.square().sum(dim=-1).clamp(0, 1)
-    raise ValueError(f"unknown acceptance estimator {name!r}; choose one of {', '.join(ESTIMATORS)}")
+    try:
+        estimate = ESTIMATOR_FUNCTIONS[verify.estimator]
+    except KeyError:
+        raise ValueError(
+            f"unknown acceptance estimator {verify.estimator!r}; choose one of {', '.join(ESTIMATORS)}"
+        ) from None
+    return estimate(probs, confidence, verify)
+
+
+def _masked_rows(probs: torch.Tensor, span: slice, candidates: list[bool]) -> torch.Tensor:
+    index = torch.tensor([i for i, c in enumerate(candidates) if c], device=probs.device)
+    return probs.index_select(0, index)
+
+
+# Where the UCB context's entropy is read: source name → ``(draft probs, span rows, candidates) -> rows``.
+ENTROPY_SOURCES: dict[str, Callable[[torch.Tensor, slice, list[bool]], torch.Tensor]] = {
+    "span": lambda probs, span, candidates: probs[span],
+    "masked": _masked_rows,
+}
+UCB_ENTROPY_SOURCES = tuple(ENTROPY_SOURCES)
 
 
 def expected_accepted_length(alpha: torch.Tensor) -> torch.Tensor:
     """``E[K] = Σ_k Π_{i≤k} α_i``: each draft is accepted only if all before it were."""
     return alpha.clamp(0, 1).cumprod(dim=0).sum()
+
+
+@dataclass
+class RouteRecord:
+    """A routing decision and every input it was made from (recorded in the trace's steps)."""
+
+    policy: str
+    verify: bool
+    span_start: int
+    span_length: int
+    expected_accepted: float | None = None
+    score: float | None = None
+    n_high: int | None = None
+    thresholds: dict = field(default_factory=dict)
+    state: str | None = None
+    detail: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -95,16 +119,19 @@ class RouteContext:
 class Policy(ABC):
     """Decides verify or skip; ``observe`` hears what the decision earned.
 
-    ``needs_entropy``: the policy reads ``RouteContext.mean_entropy``, which
-    costs the loop an entropy over the vocabulary, so it is computed only for
-    policies that declare they need it (the loop never asks which policy runs).
+    A policy that reads ``RouteContext.mean_entropy`` says where from in
+    :meth:`context_entropy`: it costs an entropy over the vocabulary, so it is
+    computed only for policies that ask (the verifier never asks which policy runs).
     """
 
     name = ""
-    needs_entropy = False
 
     def __init__(self, verify):
         self.verify = verify
+
+    def context_entropy(self, probs: torch.Tensor, span: slice, candidates: list[bool]) -> torch.Tensor | None:
+        """The mean normalised entropy the policy reads, of the draft rows it chooses; ``None``: it reads none."""
+        return None
 
     @abstractmethod
     def decide(self, ctx: RouteContext) -> RouteRecord:
@@ -234,7 +261,6 @@ class UCBPolicy(Policy):
     """
 
     name = "ucb"
-    needs_entropy = True
 
     def __init__(self, verify):
         super().__init__(verify)
@@ -243,6 +269,10 @@ class UCBPolicy(Policy):
         self.counts = [[0] * buckets for _ in range(2)]
         self.rewards = [[0.0] * buckets for _ in range(2)]
         self.t = 0
+
+    def context_entropy(self, probs, span, candidates):
+        """Of the span's drafts, or of every masked candidate's (``ucb_entropy_source``)."""
+        return normalized_entropy(ENTROPY_SOURCES[self.verify.ucb_entropy_source](probs, span, candidates)).mean()
 
     @staticmethod
     def _bin(value: float, low: float, high: float, bins: int) -> int:
@@ -287,19 +317,20 @@ class UCBPolicy(Policy):
         self.rewards[arm][bucket] += committed / forwards
 
 
-_POLICY_CLASSES = {
+POLICY_CLASSES = {
     cls.name: cls for cls in (AlwaysVerify, MinimumSpanPolicy, ScoreThresholdPolicy, HysteresisPolicy, UCBPolicy)
 }
+POLICIES = tuple(POLICY_CLASSES)
 
 
 def always_verifies(verify) -> bool:
     """Whether ``verify``'s router verifies every non-empty span (see :meth:`Policy.always_verifies`)."""
-    return _POLICY_CLASSES[verify.policy].always_verifies(verify)
+    return POLICY_CLASSES[verify.policy].always_verifies(verify)
 
 
 def make_policy(verify) -> Policy:
     """A fresh policy (fresh state) for one generation."""
     try:
-        return _POLICY_CLASSES[verify.policy](verify)
+        return POLICY_CLASSES[verify.policy](verify)
     except KeyError:
         raise ValueError(f"unknown policy {verify.policy!r}; choose one of {', '.join(POLICIES)}") from None

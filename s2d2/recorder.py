@@ -1,7 +1,9 @@
 """The trajectory of one decode as it is written: forwards, steps, and the trace they make.
 
-The decoder's loop reports each forward and each step here and nowhere else;
-at the end the recorder assembles the :class:`~s2d2.trace.Trace`. While a
+The decoder's loop reports each forward and each step's decisions here and
+nowhere else; the recorder assembles each step's record from them (drafts,
+the verifier's decision table, outcomes, route, edits, the rule) and at the
+end the :class:`~s2d2.trace.Trace`. While a
 decode runs, another thread (the dashboard's stream) may ask for a
 :meth:`Recorder.snapshot`: the records only grow, and a lock keeps a snapshot
 from seeing a step half-appended or a forward's lookahead mark half-changed.
@@ -9,10 +11,13 @@ from seeing a step half-appended or a forward's lookahead mark half-changed.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
 from . import trace as tr
+from .blocks import BlockState, Draft, StepDecision, Verification
+from .decisions import top_pairs
 
 
 class Recorder:
@@ -39,6 +44,33 @@ class Recorder:
     def step(self, record: tr.StepRecord) -> None:
         with self._lock:
             self.steps.append(record)
+
+    def record_step(
+        self, block: BlockState, step: int, draft: Draft, candidates: list[bool], decision: StepDecision
+    ) -> None:
+        """The one place a step's record is written: drafts, verifier view, outcomes, route, edits, rule."""
+        verification = decision.verification
+        positions = []
+        for i, candidate in enumerate(candidates):
+            if not candidate:
+                continue
+            pos = tr.PositionRecord(i + block.offset, draft.tokens_host[i], draft.confidence_host[i])
+            if draft.top_host is not None:
+                pos.p_top = top_pairs(draft.top_host[i])
+            if verification is not None:
+                _verified_fields(pos, verification, i)
+            if i in decision.commits:
+                pos.committed, pos.outcome = decision.commits[i]
+            positions.append(pos)
+        accepted = None if verification is None else verification.accepted
+        record = tr.StepRecord(block.index, step, block.offset, self.step_forwards, positions, decision.route,
+                               accepted, decision.edits, decision.rule)  # fmt: skip
+        self.step(record)
+
+    def record_carried(self, block: BlockState, token: int, probability: float) -> None:
+        """The record of a block's position 0 committed from the row before it (no draft, no forward)."""
+        position = tr.PositionRecord(block.offset, token, probability, outcome=tr.CARRIED, committed=token)
+        self.step(tr.StepRecord(block.index, 0, block.offset, [], [position]))
 
     def mark_lookahead(self, forward: int, state: str) -> None:
         """Whether the lookahead ``forward`` carried was used or discarded, said once where it is decided."""
@@ -109,3 +141,18 @@ class Recorder:
             token_text=token_text,
             exactness=config.exactness().to_dict(),
         )
+
+
+def _verified_fields(pos: tr.PositionRecord, verification: Verification, i: int) -> None:
+    """The verifier's view of block position ``i``, from its row of the decision table (if it was verified)."""
+    k = i - verification.start
+    if not 0 <= k < len(verification.rows):
+        return
+    row = verification.rows[k]
+    pos.q, pos.ratio, pos.energy, pos.residual_mass, pos.accept_probability = row[:5]
+    if not math.isnan(row[5]):
+        pos.u = row[5]
+    if len(row) > 6:
+        pos.q_top = top_pairs(row[6:])
+    if k == verification.accepted < verification.length:
+        pos.residual_top = verification.residual_top

@@ -1,17 +1,19 @@
 """The diffusion commit rules: which drafted positions a step commits without verification.
 
-Each rule is a small function of one draft and the candidate positions, named
-in :data:`COMMIT_RULES`, from which the config's choices are derived. The
-baselines commit with them, and S2D2 falls back to them for whatever its
-verifier left (or when its router skips verification).
+Each rule is a small function of one draft and the candidate positions,
+registered in :data:`RULES` with the settings it commits by (what a step
+records of it); the config's choices (:data:`COMMIT_RULES`) are derived from
+it. The baselines commit with them, and S2D2 falls back to them for whatever
+its verifier left (or when its router skips verification).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from .policies import normalized_entropy
+from .sampling import normalized_entropy
 
 
 def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
@@ -57,6 +59,39 @@ def entropy_bounded_rule(draft, candidates: list[int], k: int, config) -> list[i
     return entropy_bounded_commits(entropy, candidates, k, config.eb_threshold)
 
 
-# Rule name → ``(draft, candidate positions, minimum commits, DecodeConfig) -> positions to commit``.
-RULES: dict[str, Callable] = {"static": static_rule, "dynamic": dynamic_rule, "entropy_bounded": entropy_bounded_rule}
+@dataclass(frozen=True)
+class CommitRule:
+    """A diffusion rule and the settings it commits by.
+
+    ``choose`` is ``(draft, candidate positions, minimum commits, DecodeConfig) -> positions to commit``;
+    ``records`` maps each key a step records of the rule to the :class:`~s2d2.config.DecodeConfig` field
+    behind it, so a commit can be read against its threshold without the loop naming the rule.
+    """
+
+    name: str
+    choose: Callable
+    records: tuple[tuple[str, str], ...] = ()
+
+    def record(self, config, minimum: int) -> dict:
+        """The rule as it stands at one step: ``{"rule", "minimum"}`` plus the settings it commits by."""
+        return {"rule": self.name, "minimum": minimum, **{key: getattr(config, name) for key, name in self.records}}
+
+    def fill(self, draft, candidates: list[bool], commits: dict, k: int, outcome: str, config) -> dict:
+        """``commits`` plus what the rule commits among the candidates left, until ``k`` are committed in all."""
+        left = [i for i, c in enumerate(candidates) if c and i not in commits]
+        need = k - len(commits)
+        if need <= 0 or not left:
+            return commits
+        chosen = self.choose(draft, left, need, config)
+        return {**commits, **{i: (draft.tokens_host[i], outcome) for i in chosen}}
+
+
+RULES: dict[str, CommitRule] = {
+    rule.name: rule
+    for rule in (
+        CommitRule("static", static_rule),
+        CommitRule("dynamic", dynamic_rule, (("threshold", "threshold"),)),
+        CommitRule("entropy_bounded", entropy_bounded_rule, (("budget", "eb_threshold"),)),
+    )
+}
 COMMIT_RULES = tuple(RULES)

@@ -8,6 +8,7 @@ ratios stay the plain softmax, as in the paper's code.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -71,3 +72,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator, greedy: bool) -> tor
 def uniform(n: int, generator: torch.Generator, device: torch.device | str) -> torch.Tensor:
     """``n`` draws from U[0, 1) on ``device`` from the session's generator."""
     return torch.rand(n, generator=generator, device=device)
+
+
+def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy of each row divided by ``log V``: 0 is certain, 1 uniform."""
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
+    return entropy / math.log(probs.shape[-1])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+from .policies import RouteRecord  # a policy's decision, recorded as it made it
+
 SCHEMA_VERSION = 4
 # Version 2 had no ``exactness``; it is derived from the stored config when such a trace is read.
 # Version 3 had no decision detail (top-k of p, q and the residual, u, the rule's threshold): it reads as it is,
@@ -93,22 +95,6 @@ class EditRecord:
     old: int
     new: int
     confidence: float
-
-
-@dataclass
-class RouteRecord:
-    """A routing decision and every input it was made from."""
-
-    policy: str
-    verify: bool
-    span_start: int
-    span_length: int
-    expected_accepted: float | None = None
-    score: float | None = None
-    n_high: int | None = None
-    thresholds: dict = field(default_factory=dict)
-    state: str | None = None
-    detail: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -243,7 +229,7 @@ class Trace:
 
 def _exactness_of(config) -> dict:
     """The exactness of a stored config (an older trace did not record it)."""
-    from .config import DecodeConfig  # the config imports the policies, which import this module
+    from .config import DecodeConfig  # this data module sits below the config; only old traces need it
 
     if not isinstance(config, dict):
         return {}

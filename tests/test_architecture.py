@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[1] / "s2d2"
@@ -157,36 +158,97 @@ def test_the_graph_check_sees_relative_lazy_and_circular_imports(tmp_path):
     assert import_circles(graph) == [["pkg.b", "pkg.sub.a"]]
 
 
-# A family's conventions that would make the decode loop branch if read there: the loop asks the adapter's hooks.
-FAMILY_FLAGS = {"family", "next_token_from_commit", "stop_at_block_end", "supports_incremental_kv"}
+# -- the decode loop names no rule, option or family ----------------------------------------------
+
+# The modules whose classes run the decode loop, and the size a reader can hold in mind.
+LOOP_MODULES = ("decode.py", "verifier.py")
+DECODER_MAX_LINES = 250
+METHOD_MAX_LINES = 40
+
+
+def family_flags() -> set[str]:
+    """A family's conventions that would make the loop branch if read there: the loop asks the adapter's hooks."""
+    from s2d2.models.base import OfficialConventions
+
+    adapter = {"family", "next_token_from_commit", "stop_at_block_end", "supports_incremental_kv"}
+    return adapter | {f.name for f in dataclasses.fields(OfficialConventions)}
+
+
+def setting_choices() -> set[str]:
+    """Every declared choice of every setting: methods and commit rules, policies, estimators and their options."""
+    from s2d2.settings import SETTINGS
+
+    return {choice for s in SETTINGS if s.choices for choice in s.choices}
+
+
+def loop_classes(source: str) -> list[ast.ClassDef]:
+    return [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]
 
 
 def loop_offences(source: str) -> list[str]:
-    """Family flags read, or policy names compared, inside ``Decoder``'s methods other than ``__init__``
-    (which may choose a rule once, outside the loop)."""
-    from s2d2.policies import POLICIES
-
-    decoder = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "Decoder")
+    """Family flags read, or setting choices named (a commit rule, a policy, an estimator option), inside the
+    methods of a loop module's classes other than ``__init__`` (which may choose a part once, outside the loop)."""
+    flags, choices = family_flags(), setting_choices()
     found = []
-    for method in decoder.body:
-        if not isinstance(method, ast.FunctionDef) or method.name == "__init__":
-            continue
-        for node in ast.walk(method):
-            if isinstance(node, ast.Attribute) and node.attr in FAMILY_FLAGS:
-                found.append(f"{method.name}: .{node.attr}")
-            if isinstance(node, ast.Constant) and node.value in POLICIES:
-                found.append(f"{method.name}: {node.value!r}")
+    for cls in loop_classes(source):
+        for method in cls.body:
+            if not isinstance(method, ast.FunctionDef) or method.name == "__init__":
+                continue
+            where = f"{cls.name}.{method.name}"
+            for node in ast.walk(method):
+                if isinstance(node, ast.Attribute) and node.attr in flags:
+                    found.append(f"{where}: family flag .{node.attr}")
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in choices:
+                    found.append(f"{where}: setting choice {node.value!r}")
+    return sorted(found)
+
+
+def size_offences(source: str) -> list[str]:
+    """``Decoder`` over :data:`DECODER_MAX_LINES` lines, or a loop class's method over :data:`METHOD_MAX_LINES`."""
+    found = []
+    for cls in loop_classes(source):
+        length = cls.end_lineno - cls.lineno + 1
+        if cls.name == "Decoder" and length > DECODER_MAX_LINES:
+            found.append(f"Decoder: {length} lines")
+        for method in cls.body:
+            if isinstance(method, ast.FunctionDef) and method.end_lineno - method.lineno + 1 > METHOD_MAX_LINES:
+                found.append(f"{cls.name}.{method.name}: {method.end_lineno - method.lineno + 1} lines")
     return found
 
 
-def test_the_decode_loop_never_branches_on_a_family_flag_or_a_policy_name():
-    assert loop_offences((ENGINE / "decode.py").read_text(encoding="utf-8")) == []
+def loop_sources() -> dict[str, str]:
+    return {name: (ENGINE / name).read_text(encoding="utf-8") for name in LOOP_MODULES if (ENGINE / name).exists()}
 
 
-def test_the_loop_check_sees_a_flag_and_a_policy_name():
+def test_the_decode_loop_names_no_rule_option_or_family_flag():
+    offences = [f"{name}: {o}" for name, source in loop_sources().items() for o in loop_offences(source)]
+    assert offences == []
+
+
+def test_the_decoder_and_its_methods_fit_on_a_screen():
+    offences = [f"{name}: {o}" for name, source in loop_sources().items() for o in size_offences(source)]
+    assert offences == []
+
+
+def test_the_loop_check_sees_flags_rule_names_and_estimator_options():
     probe = (
         "class Decoder:\n    def __init__(self):\n        self.at_end = model.stop_at_block_end\n"
         "    def _step(self):\n        if self.model.next_token_from_commit or self.config.verify.policy == 'ucb':\n"
         "            pass\n"
+        "class Verifier:\n    def route(self):\n        if self.config.verify.ucb_entropy_source == 'masked':\n"
+        "            rule = 'dynamic'\n"
+        "        keep = self.official.draft_ver_rows_in_commit\n"
     )
-    assert loop_offences(probe) == ["_step: .next_token_from_commit", "_step: 'ucb'"]
+    assert loop_offences(probe) == [
+        "Decoder._step: family flag .next_token_from_commit",
+        "Decoder._step: setting choice 'ucb'",
+        "Verifier.route: family flag .draft_ver_rows_in_commit",
+        "Verifier.route: setting choice 'dynamic'",
+        "Verifier.route: setting choice 'masked'",
+    ]
+
+
+def test_the_size_check_counts_the_decoder_and_each_method():
+    long_method = "    def run(self):\n" + "        x = 1\n" * 40
+    probe = "class Decoder:\n" + long_method + "    def small(self):\n        pass\n" * 105
+    assert size_offences(probe) == ["Decoder: 252 lines", "Decoder.run: 41 lines"]

@@ -213,7 +213,8 @@ class BlockDiffusionModel(ABC):
     Where a convention changes what the decoder does mid-block, the family
     answers through a hook instead of a flag the loop would branch on:
     :meth:`carried_row` (how a block begins), :meth:`defer_commit` (when a
-    finished block is stored), :meth:`lookahead_plan` (what a verification
+    finished block is stored), :meth:`official_commit_causal_rows` (how its
+    official code stores it), :meth:`lookahead_plan` (what a verification
     can carry), :meth:`rejected_commit` (a rejection without resampling) and
     :meth:`filled_for_routing` (the UCB router's block progress).
     """
@@ -309,6 +310,15 @@ class BlockDiffusionModel(ABC):
         if last_block:
             return None
         return Lookahead(size, size, "first_half" if cache_ver else "rows")
+
+    def official_commit_causal_rows(self, drafted_causal_rows: int) -> int:
+        """How many of a finished block's first rows its official commit forward keeps causal.
+
+        The rows ``draft_ver`` made causal while drafting, where the official
+        code edits its mask in place (SDAR: ``draft_ver_rows_in_commit``);
+        none where it commits the block with a fresh bidirectional mask.
+        """
+        return drafted_causal_rows if self.official.draft_ver_rows_in_commit else 0
 
     def rejected_commit(self, draft_token: int) -> tuple[int, str] | None:
         """What a rejected draft becomes when the verifier may not resample: kept as it is, as SDAR's code does.

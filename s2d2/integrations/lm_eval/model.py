@@ -37,8 +37,8 @@ from tqdm import tqdm
 
 from ... import DEFAULT_MODEL, DecodeConfig, config_from_settings, generate, generate_batch, load_model
 from ...batch import auto_batch_size
+from ...config import read_settings
 from ...likelihood import Scored, ar_logprobs
-from ...settings import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +48,13 @@ REPEAT_SEED_STRIDE = 1_000_003
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": None}
 
 
+MODEL_ARGS = ("pretrained", "preset", "device", "dtype", "device_map")  # what the model takes besides settings
+
+
 def decode_settings(raw: dict, where: str) -> dict:
-    """Flat decoding settings from ``key=value`` pairs, each read by the settings table (:meth:`Setting.coerce`)."""
-    unknown = sorted(set(raw) - set(BY_NAME))
-    if unknown:
-        raise ValueError(
-            f"unknown {where} {', '.join(map(repr, unknown))}; the s2d2 model takes pretrained, preset, device, "
-            f"dtype, device_map and the decoding settings {', '.join(sorted(BY_NAME))}"
-        )
-    return {name: BY_NAME[name].coerce(value) for name, value in raw.items()}
+    """Flat decoding settings from lm-eval's ``key=value`` pairs (``where``: ``model_args`` or the generation
+    kwargs), read by the engine's one settings reader."""
+    return read_settings(raw, what=where, others=MODEL_ARGS)
 
 
 def parse_batch_size(value: int | str | None) -> int | str:
