@@ -31,7 +31,7 @@ from .acceptance import draft_ratios, residual_energy, residual_mass, verify_dra
 from .blocks import BlockState, Carry, Commits, Draft, StepDecision, Verification, first_masked_span
 from .config import DecodeConfig
 from .decisions import top_k_columns, top_pairs
-from .models.base import BlockDiffusionModel, ForwardRecorder, KVSession, Lookahead
+from .models.base import BlockCache, BlockDiffusionModel, ForwardRecorder, KVSession, Lookahead
 from .policies import (
     RouteContext,
     acceptance_estimate,
@@ -74,6 +74,13 @@ class Decoder:
         self.policy = make_policy(config.verify) if config.method == "s2d2" else None
         warn_untrained_block_length(model, config)
         self.official = model.official if config.accounting == "official" else None
+        # Fast-dLLM v2's official block cache (config.use_block_cache): it rewrites KV rows in place, which a
+        # batched row's cache cannot do.
+        self.block_cache = bool(self.official and self.official.block_cache and config.use_block_cache)
+        if self.block_cache and new_session is not None:
+            raise ValueError(
+                "the official block cache decodes one sequence at a time; set use_block_cache off to batch"
+            )
         self.stops = set(model.stop_token_ids)
         # Where stops are looked for: after every step, or only in complete blocks (then a finished block's
         # own check finds them). Chosen once here, so the loop never asks which family it drives.
@@ -122,6 +129,7 @@ class Decoder:
         total, cap = self._budget(prompt_length)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         session = self.new_session(self.recorder.forward)
+        session.block_cache = BlockCache() if self.block_cache else None
 
         start_time = time.perf_counter()
         prefilled = prompt_length // B * B
@@ -145,6 +153,8 @@ class Decoder:
                 break
             start += B
             block_index += 1
+        if self._appends_next_token(stop_reason, total, prompt_length):
+            generated.append(self._next_token(self.model.carried_row(session)))
         wall = time.perf_counter() - start_time
         if cap is not None:
             generated = generated[:cap]
@@ -193,6 +203,7 @@ class Decoder:
                 return end, step
         for window_start in range(0, size, width):
             window = range(window_start, window_start + width)
+            session.window = (window.start, window.stop)
             window_step = 0
             while any(block.masked[i] for i in window):
                 candidates = [m and i in window for i, m in enumerate(block.masked)]
@@ -212,6 +223,21 @@ class Decoder:
             if not edits:
                 break
         return block.stop_end(stops), step
+
+    def _appends_next_token(self, stop_reason: str, total: int, prompt_length: int) -> bool:
+        """Whether the official code appends the token after the budget's last block (it ended no stop, and
+        a forward stored every position up to there)."""
+        official = self.official
+        return (
+            bool(official and official.appends_next_token and stop_reason == "max_new_tokens")
+            and total >= prompt_length
+        )
+
+    def _next_token(self, row: torch.Tensor) -> int:
+        """The token the last block's commit forward predicts, which Fast-dLLM v2's official code appends at the
+        budget; chosen as a carried token is (argmax when greedy, a sample of the row when sampling)."""
+        probs = logits_to_probs(row[None], self.config.sampling)
+        return int(sample(probs, self.generator, self.config.sampling.greedy)[0])
 
     def _commit_carried(self, block: BlockState, row: torch.Tensor) -> None:
         """Commit block position 0 from the row that predicts it (Fast-dLLM v2), before any draft."""
