@@ -57,23 +57,23 @@ BUDGETS = (10, 21)
 # Engine settings (flat names, config_from_settings) of each family's configurations; all greedy.
 CONFIGURATIONS = {
     "sdar": {
-        "score-static-cache": dict(
+        "score-always-cache": dict(
             method="s2d2", block_length=4, steps=4, threshold=0.85, s2d2_rule="dynamic", cache_ver=True,
             draft_ver=True, policy="score", score="static", c=0.0, tau_score=0.0, acceptance="greedy",
         ),
-        "hysteresis-dynamic": dict(
-            method="s2d2", block_length=8, steps=8, threshold=0.5, s2d2_rule="dynamic", policy="hysteresis",
-            score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0, acceptance="greedy",
+        "score-sometimes": dict(
+            method="s2d2", block_length=8, steps=8, threshold=0.5, s2d2_rule="dynamic", policy="score",
+            score="static", c=0.6, tau_score=0.0, acceptance="greedy",
         ),
     },
     "fast_dllm_v2": {
         "hysteresis-sub4-block-cache": dict(
             method="s2d2", block_length=8, sub_block_length=4, steps=4, threshold=0.9, policy="hysteresis",
-            score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0, acceptance="greedy", use_block_cache=True,
+            score="static", c=0.2, tau_on=0.0, tau_off=-0.5, acceptance="greedy", use_block_cache=True,
         ),
         "hysteresis-sub4-no-block-cache": dict(
             method="s2d2", block_length=8, sub_block_length=4, steps=4, threshold=0.9, policy="hysteresis",
-            score="dynamic", c=1.0, tau_on=1.0, tau_off=-5.0, acceptance="greedy", use_block_cache=False,
+            score="static", c=0.2, tau_on=0.0, tau_off=-0.5, acceptance="greedy", use_block_cache=False,
         ),
         "min-span-cache-block-cache": dict(
             method="s2d2", block_length=8, steps=8, threshold=0.9, policy="min_span", tau_span=2,
@@ -85,9 +85,9 @@ CONFIGURATIONS = {
             method="s2d2", block_length=8, steps=8, threshold=0.95, edit_threshold=0.9, policy="score",
             score="static", c=4.0, tau_score=-5.0, acceptance="greedy",
         ),
-        "quality-post-steps": dict(
+        "score-sometimes-post-steps": dict(
             method="s2d2", block_length=8, steps=8, threshold=0.7, edit_threshold=0.5, max_post_steps=2,
-            policy="score", score="static", c=4.0, tau_score=0.0, acceptance="greedy",
+            policy="score", score="static", c=0.6, tau_score=0.0, acceptance="greedy",
         ),
     },
 }  # fmt: skip
