@@ -153,8 +153,12 @@ class Decoder:
                 break
             start += B
             block_index += 1
-        if self._appends_next_token(stop_reason, total, prompt_length):
-            generated.append(self._next_token(self.model.carried_row(session)))
+        if self._appends_next_token(stop_reason, total, prompt_length):  # the next block's carried token
+            block = BlockState.starting(
+                block_index, start, prompt_ids, start + B, self.model.mask_token_id, B, self.device
+            )
+            self._commit_carried(block, self.model.carried_row(session))
+            generated.append(block.host[0])
         wall = time.perf_counter() - start_time
         if cap is not None:
             generated = generated[:cap]
@@ -225,19 +229,13 @@ class Decoder:
         return block.stop_end(stops), step
 
     def _appends_next_token(self, stop_reason: str, total: int, prompt_length: int) -> bool:
-        """Whether the official code appends the token after the budget's last block (it ended no stop, and
-        a forward stored every position up to there)."""
+        """Whether the official code appends the token the last commit forward predicts (Fast-dLLM v2): the run
+        reached the budget without a stop, and a forward stored every position before that token."""
         official = self.official
         return (
             bool(official and official.appends_next_token and stop_reason == "max_new_tokens")
             and total >= prompt_length
         )
-
-    def _next_token(self, row: torch.Tensor) -> int:
-        """The token the last block's commit forward predicts, which Fast-dLLM v2's official code appends at the
-        budget; chosen as a carried token is (argmax when greedy, a sample of the row when sampling)."""
-        probs = logits_to_probs(row[None], self.config.sampling)
-        return int(sample(probs, self.generator, self.config.sampling.greedy)[0])
 
     def _commit_carried(self, block: BlockState, row: torch.Tensor) -> None:
         """Commit block position 0 from the row that predicts it (Fast-dLLM v2), before any draft."""

@@ -235,7 +235,9 @@ def load_sdar(path: str):
                     store_kv=False):  # fmt: skip
             n = input_ids.shape[1]
             allowed = attention_mask.bool().reshape(n, -1)
-            additive = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, torch.finfo(torch.float32).min)
+            additive = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(
+                ~allowed, torch.finfo(torch.float32).min
+            )
             before = past_key_values.get_seq_length()
             out = self.stock(input_ids=input_ids, attention_mask=additive[None, None], position_ids=position_ids,
                              past_key_values=past_key_values, use_cache=True)  # fmt: skip
@@ -370,7 +372,9 @@ def main(argv: list[str] | None = None) -> None:
         subprocess.run(command, check=True, env=env)
         official = json.loads(job_file.with_suffix(".out.json").read_text())
         checkpoints = {f: sha256(Path(p) / "model.safetensors") for f, p in paths.items()}
-    revision = subprocess.run(["git", "-C", str(args.official_dir), "rev-parse", "HEAD"], capture_output=True, text=True)
+    revision = subprocess.run(
+        ["git", "-C", str(args.official_dir), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     runs = [
         {k: job[k] for k in ("family", "name", "settings", "prompt_ids")} | result
         for job, result in zip(todo, official["results"])

@@ -40,7 +40,7 @@ def test_the_suite_rebuilds_the_checkpoints_the_official_code_ran_on(family_path
 
 
 @pytest.mark.parametrize("family", ["sdar", "fast_dllm_v2", "llada2"])
-def test_official_accounting_spends_the_official_codes_forwards_and_writes_its_outputs(every_family, one_thread, family):
+def test_official_accounting_matches_the_official_forwards_and_outputs(every_family, one_thread, family):
     model = without_stops(every_family[family])
     runs = [run for run in DATA["runs"] if run["family"] == family]
     assert len(runs) >= 12
