@@ -171,6 +171,51 @@ def jobs(paths: dict[str, str]) -> list[dict]:
     return out
 
 
+def bundled_llada2_jobs(problems: int) -> list[dict]:
+    """The bundled LLaDA2 model on held-out problems at the LLaDA2 presets, greedy (``--llada2-prefill-effect``)."""
+    from s2d2.evaluate import heldout_problems
+    from s2d2.models import BUNDLED_MODELS, load_model
+
+    model = load_model("bundled-llada2", device="cpu")
+    presets = {
+        "llada2-conservative": dict(threshold=0.95, edit_threshold=0.9, tau_score=-5.0),
+        "llada2-quality": dict(threshold=0.7, edit_threshold=0.5, tau_score=0.0),
+    }
+    return [
+        dict(family="llada2", name=name, path=BUNDLED_MODELS["bundled-llada2"], mask_id=model.mask_token_id,
+             prompt_ids=model.chat_prompt(problem.prompt),
+             settings=dict(method="s2d2", block_length=32, steps=32, policy="score", score="static", c=4.0,
+                           acceptance="greedy", max_new_tokens=32, **values))
+        for name, values in presets.items()
+        for problem in heldout_problems(problems)
+    ]  # fmt: skip
+
+
+def run_phase_two(job_file: Path, official_dir: Path, pythonpath: str, llada2_prefill: str) -> dict:
+    """Run the official code on the jobs in a second process (its own transformers); returns its results."""
+    command = [sys.executable, __file__, "--official-dir", str(official_dir), "--run-official", str(job_file),
+               "--llada2-prefill", llada2_prefill]  # fmt: skip
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": pythonpath})
+    return json.loads(job_file.with_suffix(".out.json").read_text())
+
+
+def prefill_effect(args) -> None:
+    """How many official LLaDA2 outputs change when its prefill mask is read as run (0/1 added to the scores)."""
+    todo = bundled_llada2_jobs(args.llada2_prefill_effect)
+    with tempfile.TemporaryDirectory() as tmp:
+        job_file = Path(tmp) / "jobs.json"
+        job_file.write_text(json.dumps(todo))
+        outputs = {
+            reading: [r["output_ids"] for r in run_phase_two(job_file, args.official_dir, args.official_pythonpath,
+                                                             reading)["results"]]
+            for reading in ("block_causal", "as_run")
+        }  # fmt: skip
+    for name in dict.fromkeys(job["name"] for job in todo):
+        rows = [i for i, job in enumerate(todo) if job["name"] == name]
+        same = sum(outputs["block_causal"][i] == outputs["as_run"][i] for i in rows)
+        print(f"{name}: {same}/{len(rows)} official outputs identical with the prefill block-causal and as run")
+
+
 # -- phase 2, in the official code's environment (transformers 4.56): the official functions ---------------------
 
 
@@ -355,10 +400,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--official-pythonpath", default="", help="folder with transformers 4.56 for the official code")
     parser.add_argument("--llada2-prefill", choices=("block_causal", "as_run"), default="block_causal")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--llada2-prefill-effect", type=int, metavar="N",
+                        help="instead: N held-out problems per task family on the bundled LLaDA2, prefill mask as run "
+                        "against block-causal; prints how many official outputs stay the same")  # fmt: skip
     parser.add_argument("--run-official", type=Path, help=argparse.SUPPRESS)  # the second process's job file
     args = parser.parse_args(argv)
     if args.run_official:
         official_phase(args.run_official, args.official_dir.resolve(), args.llada2_prefill)
+        return
+    if args.llada2_prefill_effect:
+        prefill_effect(args)
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -366,11 +417,7 @@ def main(argv: list[str] | None = None) -> None:
         todo = jobs(paths)
         job_file = folder / "jobs.json"
         job_file.write_text(json.dumps(todo))
-        command = [sys.executable, __file__, "--official-dir", str(args.official_dir), "--run-official", str(job_file),
-                   "--llada2-prefill", args.llada2_prefill]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": args.official_pythonpath}
-        subprocess.run(command, check=True, env=env)
-        official = json.loads(job_file.with_suffix(".out.json").read_text())
+        official = run_phase_two(job_file, args.official_dir, args.official_pythonpath, args.llada2_prefill)
         checkpoints = {f: sha256(Path(p) / "model.safetensors") for f, p in paths.items()}
     revision = subprocess.run(
         ["git", "-C", str(args.official_dir), "rev-parse", "HEAD"], capture_output=True, text=True
