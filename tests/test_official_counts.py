@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from s2d2 import generate
+from s2d2.batch import generate_batch
 from s2d2.config import config_from_settings
 
 DATA = json.loads((Path(__file__).parent / "data" / "official_counts.json").read_text())
@@ -57,3 +58,16 @@ def test_official_accounting_matches_the_official_forwards_and_outputs(every_fam
                 f"ids equal: {trace.output_ids == run['output_ids']}"
             )
     assert not mismatches, "\n".join(mismatches)
+
+
+def test_a_batch_refuses_the_official_block_cache(family_models):
+    """The block cache rewrites KV rows in place, which a batched row's cache cannot; switched off, it batches."""
+    model = family_models["fast_dllm_v2"]
+    config = config_from_settings(method="dynamic", block_length=8, max_new_tokens=8, accounting="official")
+    prompts = [[5, 6, 7], [8, 9, 10, 11]]
+    with pytest.raises(ValueError, match="use_block_cache"):
+        generate_batch(model, prompts, config)
+    batched = generate_batch(model, prompts, config.replace(use_block_cache=False))
+    assert [t.output_ids for t in batched] == [
+        generate(model, p, config.replace(use_block_cache=False)).output_ids for p in prompts
+    ]
