@@ -213,7 +213,9 @@ def prefill_effect(args) -> None:
     for name in dict.fromkeys(job["name"] for job in todo):
         rows = [i for i, job in enumerate(todo) if job["name"] == name]
         same = sum(outputs["block_causal"][i] == outputs["as_run"][i] for i in rows)
-        print(f"{name}: {same}/{len(rows)} official outputs identical with the prefill block-causal and as run")
+        prefilled = sum(len(todo[i]["prompt_ids"]) >= todo[i]["settings"]["block_length"] for i in rows)
+        print(f"{name}: {same}/{len(rows)} official outputs identical with the prefill block-causal and as run "
+              f"({prefilled} prompts hold a whole block to prefill)")  # fmt: skip
 
 
 # -- phase 2, in the official code's environment (transformers 4.56): the official functions ---------------------
