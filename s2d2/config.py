@@ -266,6 +266,13 @@ class DecodeConfig:
         choices=ACCOUNTINGS,
         group="advanced",
     )
+    use_block_cache: bool = setting(
+        True,
+        "Block cache (Fast-dLLM v2, official)",
+        "under official accounting, Fast-dLLM v2 drafts each sub-block against KV of its block cached at the "
+        "block's first draft, as its official script does (use_block_cache); no effect elsewhere",
+        group="advanced",
+    )
     edit_threshold: float | None = setting(
         None,
         "Edit threshold τ_edit",

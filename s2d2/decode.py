@@ -29,7 +29,7 @@ import torch
 from . import trace as tr
 from .blocks import BlockState, Draft, StepDecision
 from .config import DecodeConfig
-from .models.base import BlockDiffusionModel, ForwardRecorder, KVSession
+from .models.base import BlockCache, BlockDiffusionModel, ForwardRecorder, KVSession
 from .policies import make_policy
 from .recorder import Recorder
 from .rules import RULES
@@ -57,8 +57,13 @@ class Decoder:
         new_session: Callable[[ForwardRecorder], KVSession] | None = None,
     ):
         self.model = model
+        self.official = model.official if config.accounting == "official" else None
         # Where the run's forwards go: the model's own session, or one row of a batch (s2d2.batch).
-        self.new_session = new_session or model.new_session
+        self.new_session = with_official_block_cache(
+            new_session or model.new_session, self.official, config, batched=new_session is not None
+        )
+        # Fast-dLLM v2's official code appends the token its last commit forward predicts, at the budget.
+        self.token_past_budget = bool(self.official and self.official.appends_next_token)
         self.config = config
         self.should_stop = should_stop
         self.on_progress = on_progress
@@ -68,22 +73,12 @@ class Decoder:
         self.policy = make_policy(config.verify) if config.method == "s2d2" else None
         self.verifier: Verifier | None = None  # S2D2's, made with the run's session
         warn_untrained_block_length(model, config)
-        self.official = model.official if config.accounting == "official" else None
         self.stops = set(model.stop_token_ids)
         # Where stops are looked for: after every step, or only in complete blocks (then a finished block's
         # own check finds them). Chosen once here, so the loop never asks which family it drives.
         at_block_end = model.stop_at_block_end or bool(self.official and self.official.stop_at_block_end)
         self._stop_mid_block = _never_stops if at_block_end else BlockState.stop_end
-        # Incremental causal KV: under cache_ver + draft_ver a committed prefix attends causally, so its KV is
-        # already what the block's commit will store. Editing could rewrite it, and the official accounting
-        # counts the commit forward, so neither may use it.
-        self.incremental = (
-            config.cache_ver
-            and config.draft_ver
-            and config.accounting == "fused"
-            and config.edit_threshold is None
-            and model.supports_incremental_kv
-        )
+        self.incremental = incremental_kv(model, config)
         self._next_draft: torch.Tensor | None = None  # a used lookahead's rows: the next step's draft logits
         self.recorder = Recorder()
 
@@ -128,7 +123,8 @@ class Decoder:
         generated: list[int] = []
         pending: torch.Tensor | None = None
         stop_reason = "max_new_tokens"
-        for block_index, start in enumerate(range(prefilled, total, B)):
+        blocks = range(prefilled, total, B)
+        for block_index, start in enumerate(blocks):
             block = BlockState.starting(block_index, start, prompt_ids, total, self.model.mask_token_id, B, self.device)
             block.last = start + B >= total
             session.block_start = start
@@ -140,6 +136,8 @@ class Decoder:
             if end is not None:
                 stop_reason = "stop_token"
                 break
+        if self.token_past_budget and stop_reason == "max_new_tokens" and total >= prompt_length:
+            generated.append(self._next_block_token(session, prompt_ids, len(blocks), prefilled + len(blocks) * B))
         wall = time.perf_counter() - start_time
         if cap is not None:
             generated = generated[:cap]
@@ -190,6 +188,7 @@ class Decoder:
                 return end, step
         for window_start in range(0, size, width):
             window = range(window_start, window_start + width)
+            session.window = (window.start, window.stop)
             window_step = 0
             while any(block.masked[i] for i in window):
                 candidates = [m and i in window for i, m in enumerate(block.masked)]
@@ -209,6 +208,14 @@ class Decoder:
             if not edits:
                 break
         return block.stop_end(stops), step
+
+    def _next_block_token(self, session: KVSession, prompt_ids: list[int], index: int, start: int) -> int:
+        """The token the last commit forward predicts for the block after the budget, recorded as that block's
+        carried commit (so every output token keeps one commit record)."""
+        B = self.config.block_length
+        block = BlockState.starting(index, start, prompt_ids, start + B, self.model.mask_token_id, B, self.device)
+        self._commit_carried(block, self.model.carried_row(session))
+        return block.host[0]
 
     def _commit_carried(self, block: BlockState, row: torch.Tensor) -> None:
         """Commit block position 0 from the row that predicts it (Fast-dLLM v2), before any draft."""
@@ -271,6 +278,36 @@ class Decoder:
         """Whether the run goes on past this step: no stop token ends it here."""
         ends = block.stop_end(self.stops) if not any(block.masked) else self._stop_mid_block(block, self.stops)
         return ends is None
+
+
+def incremental_kv(model: BlockDiffusionModel, config: DecodeConfig) -> bool:
+    """Incremental causal KV: under cache_ver + draft_ver a committed prefix attends causally, so its KV is
+    already what the block's commit will store. Editing could rewrite it, and the official accounting counts
+    the commit forward, so neither may use it."""
+    return bool(
+        config.cache_ver
+        and config.draft_ver
+        and config.accounting == "fused"
+        and config.edit_threshold is None
+        and model.supports_incremental_kv
+    )
+
+
+def with_official_block_cache(new_session, official, config: DecodeConfig, batched: bool):
+    """``new_session``, opening each session with Fast-dLLM v2's official block cache when the run uses it
+    (``use_block_cache`` under official accounting). The cache rewrites KV rows in place, which a batched
+    row's cache cannot do, so a batch refuses it."""
+    if not (official and official.block_cache and config.use_block_cache):
+        return new_session
+    if batched:
+        raise ValueError("the official block cache decodes one sequence at a time; set use_block_cache off to batch")
+
+    def opened(record: ForwardRecorder) -> KVSession:
+        session = new_session(record)
+        session.block_cache = BlockCache()
+        return session
+
+    return opened
 
 
 def _never_stops(block: BlockState, stops) -> None:

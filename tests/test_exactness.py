@@ -222,8 +222,9 @@ def decoded_length(model, config: DecodeConfig, prompt_length: int) -> int:
     """Tokens a run decodes when no stop token comes: the budget, or the official code's blocks."""
     B, new = config.block_length, config.max_new_tokens
     budget = model.official.budget if config.accounting == "official" else "exact"
-    if budget == "floor_blocks":
-        return max(0, prompt_length // B * B + new // B * B - prompt_length)
+    if budget == "floor_blocks":  # and the token the last commit forward predicts, once a forward stored the prompt
+        decoded = prompt_length // B * B + new // B * B - prompt_length
+        return decoded + 1 if decoded >= 0 else 0
     if budget == "whole_blocks":
         return -(-(prompt_length + new) // B) * B - prompt_length
     return new

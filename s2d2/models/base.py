@@ -56,7 +56,12 @@ class OfficialConventions:
       ``floor_blocks`` decodes ``max_new_tokens // B`` blocks (Fast-dLLM v2);
     - ``draft_ver_rows_in_commit``: the causal rows ``draft_ver`` set while
       drafting stay causal in the block's commit when ``cache_ver`` is off
-      (SDAR edits its mask in place).
+      (SDAR edits its mask in place);
+    - ``block_cache``: the official script drafts against a cache of the
+      block's own KV (Fast-dLLM v2's ``use_block_cache``), which the setting
+      of that name turns off;
+    - ``appends_next_token``: the last block's commit forward predicts one more
+      token, and the official code appends it to the output (Fast-dLLM v2).
     """
 
     commit_stop_block: bool = True
@@ -64,6 +69,8 @@ class OfficialConventions:
     stop_at_block_end: bool = True
     budget: str = "whole_blocks"
     draft_ver_rows_in_commit: bool = True
+    block_cache: bool = False
+    appends_next_token: bool = False
 
     def positions(self, prompt_length: int, block_length: int, max_new_tokens: int) -> tuple[int, int | None]:
         """``(positions to decode up to, cap on the output length)``: whole blocks, as the official codes decode."""
@@ -109,6 +116,8 @@ class KVSession:
     stored: int = 0
     block_start: int | None = None  # absolute position of the current block's first token; None: right after the cache
     next_row: torch.Tensor | None = None  # right-shifted families: the row predicting the next block's first token
+    window: tuple[int, int] | None = None  # block positions of the sub-block being drafted
+    block_cache: BlockCache | None = None  # Fast-dLLM v2's official block cache, when the run uses it
 
     def forward(
         self,
@@ -143,6 +152,22 @@ class KVSession:
     def cached_in_block(self) -> int:
         """Positions of the current block whose KV is already stored (incremental causal KV)."""
         return 0 if self.block_start is None else max(0, self.stored - self.block_start)
+
+
+@dataclass
+class BlockCache:
+    """The KV of the current block's own positions that Fast-dLLM v2's official script drafts against.
+
+    Its first draft of a block stores the whole block's KV here; each later
+    draft feeds one sub-block, attends to the stored prefix and to this
+    block KV with the sub-block's rows replaced by its own, and writes them
+    back. The other rows are whatever an earlier draft left there: the
+    block's first draft for later sub-blocks, the last draft for earlier ones.
+    ``layers`` is ``None`` until the block's first draft.
+    """
+
+    block_start: int | None = None
+    layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,22 @@ That is why this family's commit forward is never fused into the next draft.
 
 The verifier is a plain causal forward over the block prefix with the drafts
 filled in: its shifted rows are the AR distributions of the span.
+
+Under ``accounting="official"`` with ``use_block_cache`` (on by default, as in
+the official script) drafts go through the official block cache
+(:class:`~s2d2.models.base.BlockCache`): the block's first draft is a
+whole-block forward whose KV is kept; every later draft feeds only its
+sub-block, which attends to the stored prefix and to that block KV with its
+own rows replaced, and writes its rows back. As there, the sub-block's first
+position takes its own row's logits (its right shift starts inside the
+sub-block), and the other rows it sees are stale: what an earlier draft
+wrote, masks included.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
 from .. import masks
 from .base import BlockDiffusionModel, Lookahead, OfficialConventions, Verified
@@ -54,7 +64,12 @@ class FastDLLMModel(BlockDiffusionModel):
     default_mask_token_id = FAST_DLLM_MASK_TOKEN_ID
     next_token_from_commit = True
     official = OfficialConventions(
-        commit_stop_block=False, stop_at_block_end=False, budget="floor_blocks", draft_ver_rows_in_commit=False
+        commit_stop_block=False,
+        stop_at_block_end=False,
+        budget="floor_blocks",
+        draft_ver_rows_in_commit=False,
+        block_cache=True,
+        appends_next_token=True,
     )
 
     @staticmethod
@@ -94,6 +109,8 @@ class FastDLLMModel(BlockDiffusionModel):
         return session.next_row
 
     def draft_forward(self, session, block, commit, commit_causal, causal_prefix, store_prefix=False):
+        if session.block_cache is not None:
+            return self._block_cached_draft(session, block, causal_prefix)
         # With a commit, one more row: the finished block's last, which predicts this block's first token.
         has_commit = commit is not None
         rows = self._draft_rows(session, block, commit, commit_causal, causal_prefix, False, extra_logits=has_commit)
@@ -119,3 +136,60 @@ class FastDLLMModel(BlockDiffusionModel):
         if commit:
             logits, next_row = logits[:-1], logits[-1]
         return Verified(logits, None, 0, fed if commit else 0, 0, fed if wanted > 0 else 0, next_row)
+
+    def _block_cached_draft(self, session, block, causal_prefix):
+        """A draft through the official block cache: the block's first draft fills it, later ones patch a sub-block."""
+        cached = session.block_cache
+        if cached.block_start != session.block_start:
+            rows = self._forward(
+                session, "draft", block, self._positions(session, block.shape[0]),
+                masks.draft_mask(0, block.shape[0], False, causal_prefix, self.device), keep_kv=None,
+                keep_logits=block.shape[0],
+            )  # fmt: skip
+            cached.block_start = session.block_start
+            cached.layers = [
+                (layer.keys[:, :, -block.shape[0] :], layer.values[:, :, -block.shape[0] :])
+                for layer in session.cache.layers
+            ]
+            session.cache.crop(-block.shape[0])
+            first = session.next_row if session.next_row is not None else torch.zeros_like(rows[0])
+            return torch.cat([first[None], rows[:-1]])
+        start, end = session.window
+        rows, written = self._sub_block_forward(session, block[start:end], start, end, cached.layers)
+        cached.layers = written
+        logits = rows.new_zeros(block.shape[0], rows.shape[-1])
+        logits[start:end] = torch.cat([rows[:1], rows[:-1]])  # the official shift, inside the fed sub-block
+        return logits
+
+    def _sub_block_forward(self, session, ids, start, end, layers):
+        """Feed one sub-block after ``[stored prefix | block KV without the sub-block's rows]``, every row visible.
+
+        Returns its logits and the block KV with the sub-block's rows replaced by the new ones. Attention does
+        not depend on the order of the keys, so the replaced rows may sit at the end instead of in place.
+        """
+        width = ids.shape[0]
+        context = DynamicCache(config=self.model.config)
+        for i, (stored, (keys, values)) in enumerate(zip(session.cache.layers, layers)):
+            others_k = torch.cat([keys[:, :, :start], keys[:, :, end:]], dim=2)
+            others_v = torch.cat([values[:, :, :start], values[:, :, end:]], dim=2)
+            if stored.get_seq_length():
+                others_k, others_v = torch.cat([stored.keys, others_k], 2), torch.cat([stored.values, others_v], 2)
+            context.update(others_k, others_v, i)
+        visible = context.get_seq_length() + width
+        mask = torch.zeros(1, 1, width, visible, dtype=self.dtype, device=self.device)
+        positions = session.stored + start + torch.arange(width, device=self.device)
+
+        def call() -> torch.Tensor:
+            out = self.model(
+                input_ids=ids[None], attention_mask=mask, position_ids=positions[None], cache=context,
+                use_cache=True, logits_to_keep=width,
+            )  # fmt: skip
+            return out.logits[0]
+
+        rows = self.timed_call(session, "draft", width, call)
+        written = []
+        for (keys, values), layer in zip(layers, context.layers):
+            keys, values = keys.clone(), values.clone()
+            keys[:, :, start:end], values[:, :, start:end] = layer.keys[:, :, -width:], layer.values[:, :, -width:]
+            written.append((keys, values))
+        return rows, written
