@@ -1,0 +1,1 @@
+"""Bridges from this project to other software: serving engines and evaluation harnesses."""
