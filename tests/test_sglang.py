@@ -8,8 +8,8 @@ SDAR checkpoint exported at test time.
 
 from __future__ import annotations
 
+import json
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -190,3 +190,73 @@ def test_yaml_presets_read_as_the_engine_reads_them():
     config = decode_config({"preset": "sdar-b", "block_size": 16, "threshold": 0.8}, 16)
     assert config == config_from_settings("sdar-b", threshold=0.8, lookahead=False)
     assert decode_config({"preset": "exact", "block_size": 16}, 16).exactness().exact
+
+
+# -- a real SGLang server on the CPU ------------------------------------------
+
+BLOCK = 4  # SGLang's SDAR default canvas
+NEW_TOKENS = 16
+EXACT = {"preset": "exact", "block_size": BLOCK, "block_length": BLOCK, "steps": BLOCK}
+
+
+@pytest.fixture(scope="module")
+def sglang_python() -> str:
+    if not Path(SGLANG_PYTHON).exists():
+        pytest.skip(f"SGLang's environment is not at {SGLANG_PYTHON} (run_tests.sh creates .venv-sglang)")
+    return SGLANG_PYTHON
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_path, tmp_path_factory) -> str:
+    """The tiny random SDAR checkpoint as SGLang loads it (its own 64-row-multiple vocabulary, own mask id)."""
+    return str(export(tiny_path, tmp_path_factory.mktemp("sglang_tiny")))
+
+
+def start_server(python: str, model: str, settings: dict, directory: Path, name: str):
+    from s2d2.integrations.sglang.server import SGLangServer
+
+    config = directory / f"{name}.yaml"
+    config.write_text(json.dumps(settings))  # JSON is YAML
+    return SGLangServer(python, model, "S2D2", str(config), directory / f"{name}.log")
+
+
+@pytest.fixture(scope="module")
+def exact_server(sglang_python, exported, tmp_path_factory):
+    server = start_server(sglang_python, exported, EXACT, tmp_path_factory.mktemp("exact"), "exact")
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_model) -> list[list[int]]:
+    """Twenty chat prompts of held-out problems, of several lengths (so blocks start mid-prompt too)."""
+    from s2d2.evaluate import heldout_problems
+
+    return [tiny_model.chat_prompt(p.prompt) for p in heldout_problems(7)[:20]]
+
+
+def greedy(n: int = NEW_TOKENS) -> dict:
+    return {"temperature": 0, "max_new_tokens": n}
+
+
+def ar_outputs(model, prompts: list[list[int]], n: int = NEW_TOKENS) -> list[list[int]]:
+    return [generate(model, ids, config_from_settings(method="ar", max_new_tokens=n)).output_ids for ids in prompts]
+
+
+@pytest.fixture(scope="module")
+def batch_outputs(exact_server, prompts) -> list[list[int]]:
+    return exact_server.generate_many(prompts, [greedy()] * len(prompts), concurrency=len(prompts))
+
+
+def test_exact_s2d2_in_sglang_is_the_engines_ar(batch_outputs, prompts, tiny_model, exact_server):
+    """20 prompts sent at once (they share batches: --max-running-requests 16) give the engine's AR output."""
+    assert "#new-seq: 16" in exact_server.log_text() or "#new-seq: 1" in exact_server.log_text()
+    assert batch_outputs == ar_outputs(tiny_model, prompts)
+
+
+def test_one_at_a_time_is_the_batch(batch_outputs, prompts, exact_server):
+    alone = [exact_server.generate(ids, greedy()) for ids in prompts]
+    assert alone == batch_outputs

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 def register() -> None:
     """Make ``--dllm-algorithm S2D2`` (and ``LowConfidenceOwnMask``) known to SGLang."""
+    from .instrument import count_forwards_if_asked
     from .platform import install_rotary_stand_in
 
     install_rotary_stand_in()
+    count_forwards_if_asked()
     from sglang.srt.dllm.algorithm import algo_name_to_cls
 
     from .algorithm import S2D2, LowConfidenceOwnMask

@@ -38,11 +38,20 @@ def launch_command(python: str, model: str, algorithm: str, config: str | None, 
 class SGLangServer:
     """One server process; ``log`` keeps everything it prints."""
 
-    def __init__(self, python: str, model: str, algorithm: str, config: str | None, log: Path, max_running: int = 16):
+    def __init__(
+        self,
+        python: str,
+        model: str,
+        algorithm: str,
+        config: str | None,
+        log: Path,
+        max_running: int = 16,
+        environment: dict | None = None,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(log)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "SGLANG_PLUGINS": "s2d2"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "SGLANG_PLUGINS": "s2d2", **(environment or {})}
         with self.log.open("w") as sink:
             self.process = subprocess.Popen(
                 launch_command(python, model, algorithm, config, self.port, max_running),
