@@ -104,7 +104,13 @@ class S2D2(DllmAlgorithm):
             out = model_runner.forward(forward_batch, pp_proxy_tensors=None)
         if self.fdfo:
             bs = forward_batch.batch_size
-            return out.logits_output, forward_batch.input_ids.view(bs, -1).tolist(), [self.block_size] * bs, [None] * bs, False
+            return (
+                out.logits_output,
+                forward_batch.input_ids.view(bs, -1).tolist(),
+                [self.block_size] * bs,
+                [None] * bs,
+                False,
+            )
         return out.logits_output, [], None, None, False
 
     def _step(self, model_runner, forward_batch, ids, todo, mask, states, sampling):

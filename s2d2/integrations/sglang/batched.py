@@ -185,7 +185,9 @@ def rule_commits(confidence, candidates, need, rule: str, threshold: float) -> t
     ``need`` most confident (ties to the left). Rows with ``need ≤ 0`` commit nothing."""
     score = confidence.masked_fill(~candidates, float("-inf"))
     order = torch.sort(score, dim=1, descending=True, stable=True).indices
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(score.shape[1], device=score.device).expand_as(order))
+    rank = torch.empty_like(order).scatter_(
+        1, order, torch.arange(score.shape[1], device=score.device).expand_as(order)
+    )
     top = candidates & (rank < need[:, None])
     if rule == "dynamic":
         confident = candidates & (confidence > threshold)

@@ -205,9 +205,13 @@ def run_check(args) -> None:
         exported = export(args.model, workdir / "model")
         with serve(args.sglang_python, exported, method, workdir, 16) as server:
             sglang = sglang_row(server, method, problems, 16)
-            outputs = server.generate_many(problems.prompts, [{"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS}] * len(problems.prompts), 16)
+            outputs = server.generate_many(
+                problems.prompts, [{"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS}] * len(problems.prompts), 16
+            )
     engine = engine_row(model, method, problems, 16)
-    traces = generate_batch(model, problems.prompts, method.engine.replace(max_new_tokens=MAX_NEW_TOKENS), batch_size=16)
+    traces = generate_batch(
+        model, problems.prompts, method.engine.replace(max_new_tokens=MAX_NEW_TOKENS), batch_size=16
+    )
     same = sum(a == t.output_ids for a, t in zip(outputs, traces))
     header = (f"Exact S2D2: SGLang vs the engine on {len(problems.items)} held-out problems ({args.problems} per task "
               f"family), outputs identical: {same}/{len(traces)}; {machine()}")  # fmt: skip
@@ -224,7 +228,9 @@ def write(out: Path, name: str, rows: list[Row], header: str) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.integrations.sglang.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m s2d2.integrations.sglang.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("what", choices=("table", "check"))
     parser.add_argument("--model", default="bundled", help="an SDAR checkpoint load_model takes (exported for SGLang)")
     parser.add_argument("--problems", type=int, default=256, help="table: problems in all; check: per task family")

@@ -21,7 +21,6 @@ from pathlib import Path
 from ...models import BUNDLED_MODELS, ModelLoadError, adapter_for, read_config
 from ...models.sdar import SDARModel
 
-
 # Files of a checkpoint directory SGLang does not read: its own config is rewritten, the card and training logs stay.
 SKIPPED = ("config.json", "README.md")
 
@@ -63,7 +62,12 @@ def export(source: str, out: Path) -> Path:
     directory = checkpoint_directory(source)
     out.mkdir(parents=True, exist_ok=True)
     for item in directory.iterdir():
-        if item.is_file() and item.suffix != ".safetensors" and item.name not in SKIPPED and not item.name.startswith("train_"):
+        if (
+            item.is_file()
+            and item.suffix != ".safetensors"
+            and item.name not in SKIPPED
+            and not item.name.startswith("train_")
+        ):
             shutil.copy2(item, out / item.name)
     untied_weights(directory, out)
     (out / "config.json").write_text(json.dumps(sglang_config(config), indent=2) + "\n")
@@ -71,7 +75,9 @@ def export(source: str, out: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m s2d2.integrations.sglang.export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m s2d2.integrations.sglang.export", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", required=True, help="a bundled model's id, a checkpoint directory or a Hub id")
     parser.add_argument("--out", required=True, type=Path, help="the directory to write")
     args = parser.parse_args(argv)

@@ -26,7 +26,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch_command(python: str, model: str, algorithm: str, config: str | None, port: int, max_running: int) -> list[str]:
+def launch_command(
+    python: str, model: str, algorithm: str, config: str | None, port: int, max_running: int
+) -> list[str]:
     """SGLang's launch on a CPU: plain PyTorch attention, no CUDA graphs, float32, token ids in and out."""
     command = [python, "-m", "sglang.launch_server", "--model-path", model, "--device", "cpu",
                "--attention-backend", "torch_native", "--disable-cuda-graph", "--skip-tokenizer-init",
