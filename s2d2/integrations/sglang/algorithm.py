@@ -123,10 +123,9 @@ class S2D2(DllmAlgorithm):
         canvas = torch.where(todo, mask, ids)
         forward_batch.input_ids.copy_(canvas.reshape(-1))
         has_todo = todo.any(dim=1)
-        if cfg.draft_ver:
-            prefix = torch.where(has_todo, todo.long().argmax(dim=1), B)
-        else:
-            prefix = torch.where(has_todo, 0, B if cfg.cache_ver else 0)
+        # Causal rows: a full block is stored causally under cache_ver; draft_ver drafts over a causal prefix.
+        drafting = todo.long().argmax(dim=1) if cfg.draft_ver else torch.zeros_like(has_todo, dtype=torch.long)
+        prefix = torch.where(has_todo, drafting, B if cfg.cache_ver else 0)
         out = self._masked_forward(model_runner, forward_batch, draft_allowed(prefix, B), save=True)
         logits = out.logits_output.full_logits.view(bs, B, -1)
         positions = forward_batch.positions.view(bs, B)

@@ -62,7 +62,7 @@ class StateTable:
     def for_batch(self, pool_rows: list[int], device) -> RequestStates:
         """The states of a batch's rows (``pool_rows``: SGLang's request-pool row of each); a request
         starting a new block starts at step 0."""
-        owners = {req.kv.req_pool_idx: req for req in list(LIVE) if req.kv.req_pool_idx is not None}
+        owners = {r.kv.req_pool_idx: r for r in list(LIVE) if r.kv.req_pool_idx is not None and not r.finished()}
         states = []
         for row in pool_rows:
             req = owners.get(row)
