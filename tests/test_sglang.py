@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -196,6 +197,22 @@ def test_yaml_presets_read_as_the_engine_reads_them():
     assert config == config_from_settings("sdar-b", threshold=0.8, lookahead=False)
     assert decode_config({"preset": "exact", "block_size": 16}, 16).exactness().exact
 
+
+def test_the_plugins_imports_leave_the_model_adapters_alone():
+    """What the plugin imports from the engine loads no model adapter and no transformers (SGLang pins its own
+    transformers, which the adapters do not run on); the public API still resolves every name."""
+    import subprocess
+
+    probe = (
+        "import sys, s2d2.config, s2d2.integrations.sglang.batched, s2d2.integrations.sglang.settings;"
+        "print(sorted(m for m in sys.modules if m.startswith(('s2d2.models', 'transformers'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    import s2d2
+
+    assert {name for name in s2d2.__all__ if getattr(s2d2, name, None) is None} == set()
+    assert s2d2.generate is generate and "load_model" in dir(s2d2)
 
 # -- a real SGLang server on the CPU ------------------------------------------
 
