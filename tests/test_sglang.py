@@ -214,6 +214,7 @@ def test_the_plugins_imports_leave_the_model_adapters_alone():
     assert {name for name in s2d2.__all__ if getattr(s2d2, name, None) is None} == set()
     assert s2d2.generate is generate and "load_model" in dir(s2d2)
 
+
 # -- a real SGLang server on the CPU ------------------------------------------
 
 BLOCK = 4  # SGLang's SDAR default canvas
