@@ -235,17 +235,19 @@ def exported(tiny_path, tmp_path_factory) -> str:
     return str(export(tiny_path, tmp_path_factory.mktemp("sglang_tiny")))
 
 
-def start_server(python: str, model: str, settings: dict, directory: Path, name: str):
+def start_server(python: str, model: str, settings: dict, directory: Path, name: str, *extra_args: str):
     from s2d2.integrations.sglang.server import SGLangServer
 
     config = directory / f"{name}.yaml"
     config.write_text(json.dumps(settings))  # JSON is YAML
-    return SGLangServer(python, model, "S2D2", str(config), directory / f"{name}.log")
+    return SGLangServer(python, model, "S2D2", str(config), directory / f"{name}.log", extra_args=extra_args)
 
 
 @pytest.fixture(scope="module")
 def exact_server(sglang_python, exported, tmp_path_factory):
-    server = start_server(sglang_python, exported, EXACT, tmp_path_factory.mktemp("exact"), "exact")
+    """Exact S2D2 under SGLang's synchronous scheduling (every step of a block in one round); the stochastic
+    server below runs SGLang's default, first-done-first-out, so both of its modes are served."""
+    server = start_server(sglang_python, exported, EXACT, tmp_path_factory.mktemp("exact"), "exact", "--no-dllm-fdfo")
     try:
         server.wait_healthy()
         yield server

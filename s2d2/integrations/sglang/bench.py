@@ -129,11 +129,16 @@ def serve(python: str, exported: Path, method: Method, workdir: Path, max_runnin
         environment={ENVIRONMENT: str(counts)},
     )  # fmt: skip
     server.counts = counts
-    server.wait_healthy()
+    try:
+        server.wait_healthy()
+    except BaseException:
+        server.stop()
+        raise
     return server
 
 
-def sglang_row(server, method: Method, problems: Problems, concurrency: int) -> Row:
+def sglang_row(server, method: Method, problems: Problems, concurrency: int) -> tuple[Row, list[list[int]]]:
+    """The method served at ``concurrency``, and its outputs."""
     params = [{"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS}] * len(problems.prompts)
     server.generate(problems.prompts[0], params[0])  # warm-up, untimed
     _, rows_before = read_counts(server.counts)
@@ -142,11 +147,13 @@ def sglang_row(server, method: Method, problems: Problems, concurrency: int) -> 
     seconds = time.perf_counter() - start
     _, rows_after = read_counts(server.counts)
     tokens = sum(len(o) for o in outputs)
-    return Row(method.name, "SGLang", concurrency, len(outputs), seconds, tokens, rows_after - rows_before,
-               problems.correct(outputs))  # fmt: skip
+    row = Row(method.name, "SGLang", concurrency, len(outputs), seconds, tokens, rows_after - rows_before,
+              problems.correct(outputs))  # fmt: skip
+    return row, outputs
 
 
-def engine_row(model, method: Method, problems: Problems, concurrency: int) -> Row:
+def engine_row(model, method: Method, problems: Problems, concurrency: int) -> tuple[Row, list[list[int]]]:
+    """The engine's ``generate_batch`` with ``concurrency`` rows per forward, and its outputs."""
     config = method.engine.replace(max_new_tokens=MAX_NEW_TOKENS, trace_top_k=0)
     generate_batch(model, problems.prompts[:1], config)  # warm-up, untimed
     start = time.perf_counter()
@@ -154,8 +161,10 @@ def engine_row(model, method: Method, problems: Problems, concurrency: int) -> R
     seconds = time.perf_counter() - start
     tokens = sum(t.summary.generated_tokens for t in traces)
     nfe = sum(t.summary.nfe for t in traces)
-    return Row(method.name, "engine generate_batch", concurrency, len(traces), seconds, tokens, nfe,
-               problems.correct([t.output_ids for t in traces]))  # fmt: skip
+    outputs = [t.output_ids for t in traces]
+    row = Row(method.name, "engine generate_batch", concurrency, len(traces), seconds, tokens, nfe,
+              problems.correct(outputs))  # fmt: skip
+    return row, outputs
 
 
 def table_markdown(rows: list[Row], header: str) -> str:
@@ -183,10 +192,10 @@ def run_table(args) -> list[Row]:
         for method in methods():
             with serve(args.sglang_python, exported, method, workdir, max(args.concurrency)) as server:
                 for c in args.concurrency:
-                    rows.append(sglang_row(server, method, problems, c))
+                    rows.append(sglang_row(server, method, problems, c)[0])
                     print(table_markdown(rows[-1:], "").splitlines()[-1], flush=True)
             for c in args.concurrency:
-                rows.append(engine_row(model, method, problems, c))
+                rows.append(engine_row(model, method, problems, c)[0])
                 print(table_markdown(rows[-1:], "").splitlines()[-1], flush=True)
     header = (f"{args.problems} held-out problems, model {args.model} (exported), max {MAX_NEW_TOKENS} new tokens, "
               f"block {BLOCK}; {machine()}")  # fmt: skip
@@ -204,17 +213,11 @@ def run_check(args) -> None:
         workdir = Path(scratch)
         exported = export(args.model, workdir / "model")
         with serve(args.sglang_python, exported, method, workdir, 16) as server:
-            sglang = sglang_row(server, method, problems, 16)
-            outputs = server.generate_many(
-                problems.prompts, [{"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS}] * len(problems.prompts), 16
-            )
-    engine = engine_row(model, method, problems, 16)
-    traces = generate_batch(
-        model, problems.prompts, method.engine.replace(max_new_tokens=MAX_NEW_TOKENS), batch_size=16
-    )
-    same = sum(a == t.output_ids for a, t in zip(outputs, traces))
+            sglang, served = sglang_row(server, method, problems, 16)
+    engine, decoded = engine_row(model, method, problems, 16)
+    same = sum(a == b for a, b in zip(served, decoded))
     header = (f"Exact S2D2: SGLang vs the engine on {len(problems.items)} held-out problems ({args.problems} per task "
-              f"family), outputs identical: {same}/{len(traces)}; {machine()}")  # fmt: skip
+              f"family), outputs identical: {same}/{len(decoded)}; {machine()}")  # fmt: skip
     write(args.out, "check", [sglang, engine], header)
 
 

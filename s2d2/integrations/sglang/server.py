@@ -38,7 +38,8 @@ def launch_command(
 
 
 class SGLangServer:
-    """One server process; ``log`` keeps everything it prints."""
+    """One server process; ``log`` keeps everything it prints; ``extra_args`` go to the launch as they are
+    (``--no-dllm-fdfo``: SGLang's synchronous dLLM scheduling instead of first-done-first-out)."""
 
     def __init__(
         self,
@@ -49,6 +50,7 @@ class SGLangServer:
         log: Path,
         max_running: int = 16,
         environment: dict | None = None,
+        extra_args: tuple[str, ...] = (),
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -56,7 +58,7 @@ class SGLangServer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "SGLANG_PLUGINS": "s2d2", **(environment or {})}
         with self.log.open("w") as sink:
             self.process = subprocess.Popen(
-                launch_command(python, model, algorithm, config, self.port, max_running),
+                launch_command(python, model, algorithm, config, self.port, max_running) + list(extra_args),
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 env=env,
