@@ -2,6 +2,7 @@
 
     python -m s2d2.integrations.sglang.bench table --problems 256 --concurrency 1,4,16,64 --out DIR
     python -m s2d2.integrations.sglang.bench check --problems 100 --out DIR
+    python -m s2d2.integrations.sglang.bench head-cost
 
 ``table``: on the exported bundled model, for every method and concurrency, the
 held-out problems are sent with that many requests in flight (SGLang) or decoded
@@ -10,7 +11,9 @@ tokens per forward (generated tokens over request-forwards: each forward counts
 once for every request it served, the engine's NFE), accuracy and forwards per
 problem to ``DIR/table.md`` and ``DIR/table.json``. ``check``: exact S2D2 served by
 SGLang against the engine's exact configuration on held-out problems of every
-task family, output for output. Run it in the project's environment; the
+task family, output for output. ``head-cost``: what padding the vocabulary to SGLang's SDAR mask id would
+cost, one B-token forward of the model with its own head and with a 151,936-row one. Run it in the
+project's environment; the
 servers run in SGLang's (``--sglang-python``, default ``.venv-sglang``).
 """
 
@@ -221,6 +224,30 @@ def run_check(args) -> None:
     write(args.out, "check", [sglang, engine], header)
 
 
+def run_head_cost(args) -> None:
+    """Time one forward of ``BLOCK`` tokens with the model's own head, then with the head padded to 151,936 rows
+    (what an export padded past SGLang's mask id would carry); prints both and their ratio."""
+    import torch
+
+    model = load_model(args.model, device="cpu").model
+    ids = torch.randint(0, model.config.vocab_size, (1, BLOCK), generator=torch.Generator().manual_seed(0))
+
+    def forward_seconds() -> float:
+        with torch.no_grad():
+            for _ in range(3):
+                model(ids)
+            start = time.perf_counter()
+            for _ in range(20):
+                model(ids)
+        return (time.perf_counter() - start) / 20
+
+    own = forward_seconds()
+    model.resize_token_embeddings(151936, mean_resizing=False)
+    padded = forward_seconds()
+    print(f"{BLOCK}-token forward, {machine()}: own head {own * 1e3:.1f} ms, 151,936-row head {padded * 1e3:.1f} ms, "
+          f"{padded / own:.1f}x")  # fmt: skip
+
+
 def write(out: Path, name: str, rows: list[Row], header: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(table_markdown(rows, header))
@@ -234,14 +261,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m s2d2.integrations.sglang.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("what", choices=("table", "check"))
+    parser.add_argument("what", choices=("table", "check", "head-cost"))
     parser.add_argument("--model", default="bundled", help="an SDAR checkpoint load_model takes (exported for SGLang)")
     parser.add_argument("--problems", type=int, default=256, help="table: problems in all; check: per task family")
     parser.add_argument("--concurrency", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--sglang-python", default=str(ROOT / ".venv-sglang" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "sglang")
     args = parser.parse_args(argv)
-    run_table(args) if args.what == "table" else run_check(args)
+    {"table": run_table, "check": run_check, "head-cost": run_head_cost}[args.what](args)
 
 
 if __name__ == "__main__":
