@@ -215,6 +215,18 @@ def test_the_plugins_imports_leave_the_model_adapters_alone():
     assert s2d2.generate is generate and "load_model" in dir(s2d2)
 
 
+def test_requests_with_settings_s2d2_would_ignore_are_refused():
+    from types import SimpleNamespace
+
+    from s2d2.integrations.sglang.requests import unsupported_request
+
+    plain = dict(min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0, logit_bias=None,
+                 regex=None, json_schema=None, ebnf=None)  # fmt: skip
+    assert unsupported_request(SimpleNamespace(**plain)) is None
+    refusal = unsupported_request(SimpleNamespace(**{**plain, "repetition_penalty": 1.2, "regex": "[0-9]+"}))
+    assert "repetition_penalty" in refusal and "constrained decoding" in refusal
+
+
 # -- a real SGLang server on the CPU ------------------------------------------
 
 BLOCK = 4  # SGLang's SDAR default canvas

@@ -30,7 +30,7 @@ from sglang.srt.model_executor.forward_context import ForwardContext, forward_co
 from . import batched
 from .attention import MaskedAttention, causal_layers, draft_allowed, verifier_allowed, widened_batch
 from .launch import launch_block_size, read_yaml
-from .requests import LIVE, StateTable
+from .requests import LIVE, StateTable, unsupported_request
 from .settings import decode_config
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,11 @@ class S2D2(DllmAlgorithm):
 
     @classmethod
     def validate_request(cls, req):
-        LIVE.add(req)
-        return None
+        """Refuse sampling settings S2D2 would ignore; keep the request so its rows can find its seed."""
+        refusal = unsupported_request(req.sampling_params)
+        if refusal is None:
+            LIVE.add(req)
+        return refusal
 
     def max_steps(self, block_size: int) -> int:
         return block_size + 1

@@ -45,6 +45,28 @@ class RequestStates:
             state.step, state.on = step, switch
 
 
+def unsupported_request(params) -> str | None:
+    """Why S2D2 cannot honour a request's ``sampling_params`` (it applies temperature, top-p, top-k and the
+    seed, nothing else), or ``None``; SGLang answers the request with this message instead of running it."""
+    ignored = [
+        name
+        for name, used in (
+            ("min_p", params.min_p > 0),
+            ("frequency_penalty", params.frequency_penalty != 0),
+            ("presence_penalty", params.presence_penalty != 0),
+            ("repetition_penalty", params.repetition_penalty != 1),
+            ("logit_bias", bool(params.logit_bias)),
+            ("constrained decoding", bool(params.regex or params.json_schema or params.ebnf)),
+        )
+        if used
+    ]
+    return (
+        f"S2D2 does not apply {', '.join(ignored)}; send only temperature, top_p, top_k, sampling_seed"
+        if ignored
+        else None
+    )
+
+
 def request_seed(req) -> int:
     """The request's ``sampling_seed``, else a hash of its id (unseeded requests differ from each other)."""
     seed = req.sampling_params.sampling_seed
