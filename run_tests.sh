@@ -17,6 +17,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# SGLang's own environment for the plugin's live-server tests (tests/test_sglang.py): SGLang pins its own torch
+# and transformers, so it cannot share .venv. The project goes in without dependencies, for its entry point.
+sglang_stamp=.venv-sglang/.requirements.sha
+sglang_want=$(echo "sglang==0.5.23" | cat - pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$sglang_stamp" 2>/dev/null)" != "$sglang_want" ]; then
+  [ -x .venv-sglang/bin/python ] || python3 -m venv .venv-sglang
+  .venv-sglang/bin/python -m pip install --quiet sglang==0.5.23
+  .venv-sglang/bin/python -m pip install --quiet --no-deps -e .
+  echo "$sglang_want" > "$sglang_stamp"
+fi
+
 # Debian's Chromium for the real-browser test of the dashboard.
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then apt=(apt-get); else apt=(sudo apt-get); fi

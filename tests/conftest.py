@@ -29,7 +29,15 @@ TINY = TrainConfig(
 # whole on one worker, so its module- and session-scoped fixtures (an lm-eval run, an app server) are built
 # once per worker that needs them. Modules start heaviest first, so the last one to start is short; the rest
 # follow in file order.
-HEAVIEST_FIRST = ["test_lm_eval", "test_bundled_families", "test_app", "test_bundled", "test_bench", "test_browser"]
+HEAVIEST_FIRST = [
+    "test_sglang",
+    "test_lm_eval",
+    "test_bundled_families",
+    "test_app",
+    "test_bundled",
+    "test_bench",
+    "test_browser",
+]
 
 
 @pytest.hookimpl(tryfirst=True)

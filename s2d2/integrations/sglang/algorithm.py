@@ -1,0 +1,202 @@
+"""``--dllm-algorithm S2D2``: self-speculative decoding over SGLang's batch of block canvases.
+
+Each round SGLang hands the algorithm one block canvas per request. An S2D2 step
+runs over all of them at once: a **draft** forward of the canvases, **route**
+(each request's router decides whether its span is worth verifying), one
+**verify** forward for the batch (the "2L" layout, :mod:`.attention`),
+**accept** each request's drafts left to right with ``min(1, q/p)`` (or greedily),
+the first rejection resampled from ``(q − p)+``, and the diffusion rule as
+**fallback**. Requests advance at their own pace; a request whose canvas is full
+gets the forward that stores its block (causal under ``cache_ver``, so the exact
+configuration is exact) and is done. Synchronous mode repeats steps until every
+block of the round is done; first-done-first-out mode (SGLang's default) takes
+one step per round and lets finished requests leave.
+
+The checkpoint's own mask token is used inside the model: SGLang fills new
+blocks with its per-architecture mask id, which is translated before every
+forward, so a checkpoint with a small vocabulary keeps its own head.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+
+import torch
+from sglang.srt.dllm.algorithm.base import DllmAlgorithm
+from sglang.srt.dllm.algorithm.low_confidence import LowConfidence
+from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+from . import batched
+from .attention import MaskedAttention, causal_layers, draft_allowed, verifier_allowed, widened_batch
+from .launch import launch_block_size, read_yaml
+from .requests import LIVE, StateTable, unsupported_request
+from .settings import decode_config
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED = ("SDARForCausalLM", "SDARMoeForCausalLM")
+
+
+def own_mask_id(model_runner, default: int) -> int:
+    """The checkpoint's mask token (``mask_token_id`` in its config), else SGLang's."""
+    value = getattr(model_runner.model_config.hf_config, "mask_token_id", None)
+    return default if value is None else int(value)
+
+
+class S2D2(DllmAlgorithm):
+    """S2D2 for SDAR-family checkpoints; the YAML is the engine's settings (:mod:`.settings`)."""
+
+    supported_architectures = SUPPORTED
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.sglang_mask_id = config.mask_id
+        self.config = decode_config(config.algorithm_config, config.block_size)
+        self.router = batched.Router(self.config.verify, self.config.threshold)
+        self.schedule = torch.tensor(self.config.schedule())
+        self.table = StateTable()
+        logger.info("S2D2 in SGLang: %s", self.config.exactness().describe())
+
+    @classmethod
+    def configure_server_args(cls, server_args) -> None:
+        """Refuse a bad YAML or an unsupported model before anything loads, with one line."""
+        settings, model_path = read_yaml(server_args)
+        decode_config(settings, launch_block_size(settings, model_path, SUPPORTED))
+
+    @classmethod
+    def validate_request(cls, req):
+        """Refuse sampling settings S2D2 would ignore; keep the request so its rows can find its seed."""
+        refusal = unsupported_request(req.sampling_params)
+        if refusal is None:
+            LIVE.add(req)
+        return refusal
+
+    def max_steps(self, block_size: int) -> int:
+        return block_size + 1
+
+    # -- one round ----------------------------------------------------------
+
+    def run(self, model_runner, forward_batch, algo_states=None):
+        bs, B = forward_batch.batch_size, self.block_size
+        mask = own_mask_id(model_runner, self.sglang_mask_id)
+        ids = forward_batch.input_ids.view(bs, B)
+        prompt = self._prompt_mask(forward_batch)
+        todo = ~prompt & (ids == self.sglang_mask_id)
+        starts, anything = prompt.sum(dim=1), todo.any()
+        host = torch.cat([starts, anything[None].long()]).tolist()
+        if not host[-1]:
+            return self._prefill(model_runner, forward_batch)
+        pool_rows = forward_batch.req_pool_indices.tolist()
+        states = self.table.for_batch(pool_rows, ids.device)
+        sampling = batched.Sampling.from_batch(forward_batch.sampling_info, bs)
+        for _ in range(1 if self.fdfo else self.max_steps(B)):
+            logits, done, todo = self._step(model_runner, forward_batch, ids, todo, mask, states, sampling)
+            if not self.fdfo and all(done):
+                break
+        ids.copy_(torch.where(todo, self.sglang_mask_id, ids))
+        if self.fdfo:
+            accept = [B if d else 0 for d in done]
+            out_states = [None if d else s for d, s in zip(done, states.states)]
+            return logits, ids.tolist(), accept, out_states, False
+        return logits, [ids[i, start:] for i, start in enumerate(host[:-1])], None, None, False
+
+    def _prefill(self, model_runner, forward_batch):
+        """Prompt blocks: one forward stores them, causally under ``cache_ver``."""
+        with causal_layers(model_runner.model) if self.config.cache_ver else nullcontext():
+            out = model_runner.forward(forward_batch, pp_proxy_tensors=None)
+        if self.fdfo:
+            bs = forward_batch.batch_size
+            return (
+                out.logits_output,
+                forward_batch.input_ids.view(bs, -1).tolist(),
+                [self.block_size] * bs,
+                [None] * bs,
+                False,
+            )
+        return out.logits_output, [], None, None, False
+
+    def _step(self, model_runner, forward_batch, ids, todo, mask, states, sampling):
+        """One S2D2 step for every request: ``(draft logits output, done per request, still to commit)``.
+
+        A request with nothing left to commit is done: this step's forward stored its full block.
+        """
+        cfg, B = self.config, self.block_size
+        bs = ids.shape[0]
+        canvas = torch.where(todo, mask, ids)
+        forward_batch.input_ids.copy_(canvas.reshape(-1))
+        has_todo = todo.any(dim=1)
+        # Causal rows: a full block is stored causally under cache_ver; draft_ver drafts over a causal prefix.
+        drafting = todo.long().argmax(dim=1) if cfg.draft_ver else torch.zeros_like(has_todo, dtype=torch.long)
+        prefix = torch.where(has_todo, drafting, B if cfg.cache_ver else 0)
+        out = self._masked_forward(model_runner, forward_batch, draft_allowed(prefix, B), save=True)
+        logits = out.logits_output.full_logits.view(bs, B, -1)
+        positions = forward_batch.positions.view(bs, B)
+        probs = batched.batched_probs(logits, sampling)
+        u = batched.keyed_uniform(states.seeds, positions, states.steps, batched.DRAFT)
+        drafts = batched.draw(probs, sampling.greedy, u)
+        confidence = probs.gather(-1, drafts[..., None]).squeeze(-1)
+        span = batched.first_span(todo)
+        verify, on = self.router.decide(probs, confidence, todo, span, states.on)
+        commit = torch.zeros_like(todo)
+        tokens = drafts
+        if cfg.verify.policy == "always" or bool(verify.any()):
+            verdict = self._verify(model_runner, forward_batch, canvas, drafts, probs, span & verify[:, None],
+                                   mask, states, sampling, positions)  # fmt: skip
+            commit, tokens = verdict.commit, torch.where(verdict.commit, verdict.tokens, drafts)
+        candidates = todo & ~commit
+        k_min = torch.minimum(self.schedule.to(ids.device)[states.steps.clamp_max(cfg.steps - 1)], todo.sum(dim=1))
+        need = k_min - commit.sum(dim=1)
+        commit = commit | batched.rule_commits(confidence, candidates, need, cfg.commit_rule, cfg.threshold)
+        ids.copy_(torch.where(commit, tokens, ids))
+        todo = todo & ~commit
+        steps = states.steps + has_todo.long()
+        host = torch.stack([(~has_todo).long(), steps, on.long()]).tolist()
+        states.steps, states.on = steps, on
+        states.store(host[1], [bool(x) for x in host[2]])
+        return out.logits_output, [bool(x) for x in host[0]], todo
+
+    def _verify(self, model_runner, forward_batch, canvas, drafts, probs, span, mask, states, sampling, positions):
+        """The verifier forward over ``[drafted block | masks]`` and each request's acceptance over its span."""
+        cfg, B = self.config, self.block_size
+        bs = canvas.shape[0]
+        drafted = torch.where(span, drafts, canvas)
+        wide_ids = torch.cat([drafted, torch.full_like(drafted, mask)], dim=1).reshape(-1)
+        wide_positions = torch.cat([positions, positions], dim=1).reshape(-1)
+        wide = widened_batch(forward_batch, wide_ids, wide_positions)
+        out = self._masked_forward(model_runner, wide, verifier_allowed(B, canvas.device), save=False)
+        q = batched.batched_probs(out.logits_output.full_logits.view(bs, 2 * B, -1)[:, B:], sampling)
+        return batched.verify_spans(
+            drafts,
+            probs,
+            q,
+            span,
+            cfg.verify.acceptance == "greedy",
+            batched.keyed_uniform(states.seeds, positions, states.steps, batched.ACCEPT),
+            batched.keyed_uniform(states.seeds, positions, states.steps, batched.RESAMPLE),
+            cfg.verify.ratio_tempering,
+        )
+
+    def _masked_forward(self, model_runner, forward_batch, allowed, save: bool):
+        """A forward whose attention inside the block is ``allowed``; ``save`` stores its KV as SGLang would."""
+        prefix = forward_batch.extend_prefix_lens
+        longest = max(forward_batch.extend_prefix_lens_cpu)
+        backend = MaskedAttention(model_runner.attn_backend, allowed, prefix, longest, save)
+        with forward_context(ForwardContext(attn_backend=backend)):
+            return model_runner.forward(forward_batch, pp_proxy_tensors=None)
+
+
+class LowConfidenceOwnMask(LowConfidence):
+    """SGLang's ``LowConfidence``, unchanged, on checkpoints whose mask token is their own
+    (``mask_token_id`` in config.json, e.g. an export of this project's bundled model): SGLang's mask id is
+    translated before each forward, as S2D2 does, so the two are compared on the same model and head."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.sglang_mask_id = config.mask_id
+
+    def run(self, model_runner, forward_batch, algo_states=None):
+        self.mask_id = own_mask_id(model_runner, self.sglang_mask_id)
+        ids = forward_batch.input_ids
+        ids.masked_fill_(ids == self.sglang_mask_id, self.mask_id)
+        return super().run(model_runner, forward_batch, algo_states)

@@ -1,0 +1,195 @@
+"""S2D2's per-step math over a batch of block canvases ``(bs, B)``, as tensor operations.
+
+The engine decides one request at a time on the host (:mod:`s2d2.decode`);
+inside SGLang every request of the batch takes its step at once, each at its
+own pace: spans, routing, acceptance and the diffusion fallback are masks over
+``(bs, B)``. Each function is the engine's rule for one request applied to every
+row, and reuses the engine's estimators and acceptance probability.
+
+Random numbers are keyed, not drawn: a draw is a hash of (request seed,
+absolute position, step in the block, purpose). A request's draws therefore do
+not depend on which other requests share its batch, so a seeded request gives
+the same output alone or in any batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...acceptance import accept_probability
+from ...policies import acceptance_estimate
+
+# Purposes of a keyed draw.
+DRAFT, ACCEPT, RESAMPLE = 1, 2, 3
+_LOW32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finaliser on int64 tensors holding 32-bit values (products keep their low bits)."""
+    x = x & _LOW32
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _LOW32
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _LOW32
+    return x ^ (x >> 16)
+
+
+def keyed_uniform(seeds: torch.Tensor, positions: torch.Tensor, steps: torch.Tensor, purpose: int) -> torch.Tensor:
+    """U[0, 1) per ``(bs, B)`` position from its request's seed ``(bs,)``, position and step ``(bs,)``."""
+    seeds = seeds.long()[:, None]
+    key = _mix32((steps.long()[:, None] << 4) + purpose + (positions.long() << 12))
+    key = _mix32(key ^ (seeds & _LOW32))
+    key = _mix32(key ^ ((seeds >> 32) & _LOW32) ^ 0x9E3779B9)
+    high = _mix32(key ^ 0x7F4A7C15)
+    return ((high >> 11).double() * 2.0**32 + key.double()) / 2.0**53
+
+
+def sample_rows(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs (..., V)`` by the inverse CDF at ``u (...)``; zero-probability tokens never."""
+    cdf = probs.double().cumsum(dim=-1)
+    target = (u * cdf[..., -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(probs.shape[-1] - 1)
+
+
+@dataclass
+class Sampling:
+    """Each request's sampling parameters as ``(bs, 1, 1)`` tensors; greedy where SGLang says ``top_k == 1``
+    (its encoding of temperature 0). ``top_k`` at or past the vocabulary is off, as the engine's 0."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+
+    @classmethod
+    def from_batch(cls, sampling_info, bs: int) -> Sampling:
+        def column(values, dtype):
+            return values.reshape(bs, 1, 1).to(dtype)
+
+        return cls(
+            column(sampling_info.temperatures, torch.float32),
+            column(sampling_info.top_ks, torch.long),
+            column(sampling_info.top_ps, torch.float32),
+        )
+
+    @property
+    def greedy(self) -> torch.Tensor:
+        return self.top_k[:, 0, 0] == 1
+
+
+def batched_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """:func:`s2d2.sampling.logits_to_probs` with each request's own parameters: logits ``(bs, n, V)`` to
+    float32 probabilities. Greedy rows keep the plain softmax (confidences and ratios read it); the others
+    are tempered, then top-k, then top-p truncated, as the engine does."""
+    logits = logits.float()
+    plain = torch.softmax(logits, dim=-1)
+    vocab = logits.shape[-1]
+    tempered = logits / sampling.temperature
+    ordered, order = torch.sort(tempered, dim=-1, descending=True)
+    k = sampling.top_k.clamp(1, vocab)
+    kth = ordered.gather(-1, (k - 1).expand(*ordered.shape[:-1], 1))
+    cut = (sampling.top_k < vocab) & (ordered < kth)
+    ordered = ordered.masked_fill(cut, float("-inf"))
+    sorted_probs = torch.softmax(ordered, dim=-1)
+    drop_sorted = cut | ((sorted_probs.cumsum(dim=-1) - sorted_probs >= sampling.top_p) & (sampling.top_p < 1.0))
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    probs = torch.softmax(tempered.masked_fill(drop, float("-inf")), dim=-1)
+    return torch.where(sampling.greedy[:, None, None], plain, probs)
+
+
+def draw(probs: torch.Tensor, greedy: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Tokens ``(bs, n)``: argmax for greedy requests, a sample at ``u`` for the others."""
+    return torch.where(greedy[:, None], probs.argmax(dim=-1), sample_rows(probs, u))
+
+
+def first_span(todo: torch.Tensor) -> torch.Tensor:
+    """The first contiguous run of positions still to commit in each row (:func:`s2d2.blocks.first_masked_span`)."""
+    started = todo.long().cummax(dim=1).values.bool()
+    return started & (todo | ~started).long().cumprod(dim=1).bool()
+
+
+def expected_accepted(alpha: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, over its span: ``E[K] = Σ_k Π_{i≤k} α_i`` and ``Π α_i``
+    (:func:`s2d2.policies.expected_accepted_length`)."""
+    running = torch.where(span, alpha.clamp(0, 1), torch.ones_like(alpha)).cumprod(dim=1)
+    return (running * span).sum(dim=1), running[:, -1]
+
+
+class Router:
+    """The routing policies (:mod:`s2d2.policies`) for a batch; ``on`` is each request's hysteresis state."""
+
+    def __init__(self, verify, threshold: float):
+        self.verify = verify
+        self.threshold = threshold
+
+    def decide(self, probs, confidence, todo, span, on: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(verify (bs,), hysteresis state after (bs,))``; a row without a span never verifies."""
+        v = self.verify
+        length = span.sum(dim=1)
+        has_span = length > 0
+        if v.policy == "always":
+            return has_span, on
+        if v.policy == "min_span":
+            return has_span & (length >= v.tau_span), on
+        bs, block, vocab = probs.shape
+        alpha = acceptance_estimate(probs.reshape(-1, vocab), confidence.reshape(-1), v).reshape(bs, block)
+        expected, _ = expected_accepted(alpha, span)
+        n_high = (todo & (confidence > self.threshold)).sum(dim=1)
+        penalty = v.c * (n_high if v.score == "dynamic" else torch.ones_like(n_high))
+        score = torch.where(has_span, expected - penalty, torch.full_like(expected, float("-inf")))
+        if v.policy == "score":
+            return has_span & (score >= v.tau_score), on
+        on = torch.where(on, score >= v.tau_off, score > v.tau_on)
+        return has_span & on, on
+
+
+@dataclass
+class Verdict:
+    """What a verification commits: ``commit`` marks positions, ``tokens`` holds what they take."""
+
+    commit: torch.Tensor
+    tokens: torch.Tensor
+    accepted: torch.Tensor
+
+
+def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resample, tempering: float) -> Verdict:
+    """:func:`s2d2.acceptance.verify_drafts` for every row at once, each over its own span: accept the drafts
+    left to right (``min(1, (q/p)^γ)``, or iff the draft is ``argmax q``), stop at the first rejection and
+    commit there a sample of the normalised ``(q − p)+`` (``q`` where it is empty; ``argmax q`` when greedy)."""
+    p_x = p.gather(-1, drafts[..., None]).squeeze(-1)
+    q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
+    if greedy_acceptance:
+        accept = drafts == q.argmax(dim=-1)
+    else:
+        accept = u_accept < accept_probability(q_x / p_x.clamp_min(1e-12), tempering)
+    kept = (accept | ~span).long().cumprod(dim=1).bool() & span
+    accepted = kept.sum(dim=1)
+    start = span.long().argmax(dim=1)
+    index = torch.arange(span.shape[1], device=span.device)
+    rejected = span & (index[None, :] == (start + accepted)[:, None])
+    residual = (q - p).clamp_min(0)
+    total = residual.sum(dim=-1, keepdim=True)
+    corrected = torch.where(total > 0, residual / total.clamp_min(1e-30), q)
+    if greedy_acceptance:
+        correction = q.argmax(dim=-1)
+    else:
+        correction = sample_rows(corrected, u_resample)
+    tokens = torch.where(rejected, correction, drafts)
+    return Verdict(kept | rejected, tokens, accepted)
+
+
+def rule_commits(confidence, candidates, need, rule: str, threshold: float) -> torch.Tensor:
+    """The diffusion rule (:func:`s2d2.rules.rule_commits`) per row: ``need (bs,)`` tokens among
+    ``candidates``; ``dynamic`` takes every candidate above τ when that is at least ``need``, else the
+    ``need`` most confident (ties to the left). Rows with ``need ≤ 0`` commit nothing."""
+    score = confidence.masked_fill(~candidates, float("-inf"))
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(
+        1, order, torch.arange(score.shape[1], device=score.device).expand_as(order)
+    )
+    top = candidates & (rank < need[:, None])
+    if rule == "dynamic":
+        confident = candidates & (confidence > threshold)
+        top = torch.where((confident.sum(dim=1) >= need)[:, None], confident, top)
+    return top & (need > 0)[:, None]

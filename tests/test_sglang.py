@@ -1,0 +1,370 @@
+"""S2D2 as an SGLang dLLM algorithm (s2d2.integrations.sglang, docs/SERVING.md).
+
+The batched step math is checked here against the engine's own one-request
+functions; then real SGLang servers run on the CPU with the plugin, in SGLang's
+own environment (``.venv-sglang``, which run_tests.sh creates), on a tiny random
+SDAR checkpoint exported at test time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import chi_square, chi_square_bound
+
+from s2d2 import config_from_settings, generate, generate_batch
+from s2d2.acceptance import verify_drafts
+from s2d2.blocks import first_masked_span
+from s2d2.integrations.sglang import batched
+from s2d2.integrations.sglang.export import export
+from s2d2.integrations.sglang.settings import SettingsError, decode_config
+from s2d2.policies import HysteresisPolicy, RouteContext, ScoreThresholdPolicy, expected_accepted_length
+from s2d2.rules import rule_commits
+from s2d2.sampling import SamplingConfig, logits_to_probs
+
+ROOT = Path(__file__).resolve().parents[1]
+SGLANG_PYTHON = os.environ.get("S2D2_SGLANG_PYTHON", str(ROOT / ".venv-sglang" / "bin" / "python"))
+
+
+def sampling_rows(bs: int, temperature: float, top_k: int, top_p: float) -> batched.Sampling:
+    full = lambda value, dtype: torch.full((bs, 1, 1), value, dtype=dtype)  # noqa: E731
+    return batched.Sampling(full(temperature, torch.float32), full(top_k, torch.long), full(top_p, torch.float32))
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 0.8), (1.0, 0, 0.3)]
+)
+def test_batched_probs_are_the_engines(temperature, top_k, top_p):
+    """Per-request sampling parameters give the engine's ``logits_to_probs`` row for row (SGLang writes
+    temperature 0 as top_k 1 and "no top-k" as 2**30)."""
+    logits = torch.randn(3, 4, 50, generator=torch.Generator().manual_seed(1)) * 3
+    engine = logits_to_probs(logits.reshape(-1, 50), SamplingConfig(temperature, top_k, top_p)).reshape(3, 4, 50)
+    sglang_top_k = 1 if temperature == 0 else (top_k or 1 << 30)
+    ours = batched.batched_probs(logits, sampling_rows(3, temperature or 1.0, sglang_top_k, top_p))
+    assert torch.allclose(ours, engine, atol=1e-6)
+
+
+def test_first_span_is_the_engines():
+    rows = [[0, 1, 1, 0, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0], [0, 0, 0, 1, 1], [1, 0, 1, 1, 0]]
+    span = batched.first_span(torch.tensor(rows, dtype=torch.bool))
+    for row, got in zip(rows, span.tolist()):
+        expected = [False] * len(row)
+        found = first_masked_span([bool(x) for x in row])
+        if found:
+            expected[found[0] : sum(found)] = [True] * found[1]
+        assert got == expected
+
+
+def test_rule_commits_are_the_engines():
+    """The static and dynamic rules over a batch, each row with its own need, against the engine's."""
+    generator = torch.Generator().manual_seed(3)
+    confidence = torch.rand(6, 8, generator=generator).round(decimals=1)  # ties break to the left
+    candidates = torch.rand(6, 8, generator=generator) < 0.7
+    need = torch.tensor([0, 1, 2, 3, 1, 8])
+    for rule in ("static", "dynamic"):
+        got = batched.rule_commits(confidence, candidates, need, rule, 0.5)
+        for b in range(6):
+            left = [i for i in range(8) if candidates[b, i]]
+            want = rule_commits(confidence[b].tolist(), left, int(need[b]), rule, 0.5) if need[b] > 0 else []
+            assert sorted(want) == [i for i in range(8) if got[b, i]], (rule, b)
+
+
+def test_greedy_verification_is_the_engines():
+    """Greedy acceptance over each row's own span commits the engine's accepted prefix and correction."""
+    generator = torch.Generator().manual_seed(4)
+    p = torch.softmax(torch.randn(5, 6, 7, generator=generator), dim=-1)
+    q = torch.softmax(torch.randn(5, 6, 7, generator=generator), dim=-1)
+    drafts = torch.where(torch.rand(5, 6, generator=generator) < 0.6, q.argmax(-1), p.argmax(-1))
+    todo = torch.rand(5, 6, generator=generator) < 0.8
+    span = batched.first_span(todo)
+    verdict = batched.verify_spans(drafts, p, q, span, True, None, None, 1.0)
+    for b in range(5):
+        found = first_masked_span(todo[b].tolist())
+        if found is None:
+            assert not verdict.commit[b].any()
+            continue
+        start, length = found
+        rows = slice(start, start + length)
+        engine = verify_drafts(drafts[b, rows], p[b, rows], q[b, rows], torch.Generator(), "greedy")
+        accepted = int(engine.accepted)
+        assert int(verdict.accepted[b]) == accepted
+        want = drafts[b, rows][:accepted].tolist() + ([int(engine.correction)] if accepted < length else [])
+        committed = [i for i in range(6) if verdict.commit[b, i]]
+        assert committed == list(range(start, start + len(want)))
+        assert verdict.tokens[b, committed].tolist() == want
+
+
+def test_stochastic_verification_commits_q():
+    """Speculative sampling over a batch: the span's first committed token follows q exactly (drafts from p),
+    whatever p is. Pearson chi-square within mean + 4 sd over 20k rows (false failure about 1e-3)."""
+    generator = torch.Generator().manual_seed(5)
+    vocab, rows = 6, 20000
+    p = torch.softmax(torch.randn(vocab, generator=generator) * 2, -1).expand(rows, 1, vocab)
+    q = torch.softmax(torch.randn(vocab, generator=generator) * 2, -1).expand(rows, 1, vocab)
+    seeds = torch.arange(rows)
+    positions, steps = torch.zeros(rows, 1, dtype=torch.long), torch.zeros(rows, dtype=torch.long)
+    drafts = batched.sample_rows(p, batched.keyed_uniform(seeds, positions, steps, batched.DRAFT))
+    span = torch.ones(rows, 1, dtype=torch.bool)
+    u_accept = batched.keyed_uniform(seeds, positions, steps, batched.ACCEPT)
+    u_resample = batched.keyed_uniform(seeds, positions, steps, batched.RESAMPLE)
+    verdict = batched.verify_spans(drafts, p, q, span, False, u_accept, u_resample, 1.0)
+    assert verdict.commit.all()
+    counts = torch.bincount(verdict.tokens[:, 0], minlength=vocab).float()
+    statistic, dof = chi_square(counts, q[0, 0])
+    assert statistic < chi_square_bound(dof)
+
+
+def test_keyed_draws_are_uniform_and_their_own():
+    """Draws keyed by (seed, position, step, purpose): uniform (chi-square over 20 bins), and a draw does not
+    change when another key changes."""
+    seeds = torch.arange(4000).repeat_interleave(5)
+    positions = torch.arange(5).repeat(4000)[:, None] + 100
+    steps = torch.zeros(20000, dtype=torch.long)
+    u = batched.keyed_uniform(seeds, positions, steps, batched.DRAFT)
+    assert 0 <= float(u.min()) and float(u.max()) < 1
+    statistic, dof = chi_square(
+        torch.bincount((u * 20).long().reshape(-1), minlength=20).float(), torch.full((20,), 0.05)
+    )
+    assert statistic < chi_square_bound(dof)
+    again = batched.keyed_uniform(seeds[:5], positions[:5], steps[:5], batched.DRAFT)
+    assert torch.equal(again, u[:5])
+    assert not torch.equal(batched.keyed_uniform(seeds[:5], positions[:5], steps[:5], batched.ACCEPT), u[:5])
+
+
+def test_router_is_the_engines():
+    """Score and hysteresis routing over a batch decide as the engine's policies do, state carried per row."""
+    generator = torch.Generator().manual_seed(6)
+    config = config_from_settings(policy="hysteresis", score="dynamic", c=0.5, tau_on=1.0, tau_off=-0.5, threshold=0.6)
+    score_config = config.replace(verify=config.verify.__class__(policy="score", c=1.0, tau_score=0.3))
+    bs, block, vocab = 8, 6, 9
+    on = torch.zeros(bs, dtype=torch.bool)
+    engines = [HysteresisPolicy(config.verify) for _ in range(bs)]
+    for _ in range(4):
+        probs = torch.softmax(torch.randn(bs, block, vocab, generator=generator) * 3, -1)
+        confidence = probs.max(-1).values
+        todo = torch.rand(bs, block, generator=generator) < 0.7
+        span = batched.first_span(todo)
+        verify, on = batched.Router(config.verify, config.threshold).decide(probs, confidence, todo, span, on)
+        scored, _ = batched.Router(score_config.verify, 0.6).decide(probs, confidence, todo, span, on)
+        for b in range(bs):
+            context = engine_context(probs[b], confidence[b], todo[b], span[b], config)
+            assert bool(verify[b]) == engines[b].decide(context).verify
+            assert bool(on[b]) == engines[b].on
+            assert bool(scored[b]) == ScoreThresholdPolicy(score_config.verify).decide(context).verify
+
+
+def engine_context(probs, confidence, todo, span, config) -> RouteContext:
+    """The engine's routing context for one row."""
+    from s2d2.policies import acceptance_estimate
+
+    rows = span.nonzero().flatten()
+    if len(rows) == 0:
+        return RouteContext(0, 0, len(todo), 0.0, 0.0, 0, 0.0)
+    alpha = acceptance_estimate(probs[rows], confidence[rows], config.verify)
+    n_high = int((todo & (confidence > config.threshold)).sum())
+    return RouteContext(int(rows[0]), len(rows), len(todo), 0.0, float(expected_accepted_length(alpha)), n_high, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"block_length": 0, "block_size": 4}, "block_length (Block length B) must be in [1, 1024], got 0"),
+        ({"preset": "exact"}, "set block_size: 16"),
+        ({"preset": "exact", "block_size": 16, "edit_threshold": 0.9}, "editing"),
+        ({"block_size": 4, "lookahead": True}, "lookahead"),
+        ({"block_size": 4, "policy": "ucb"}, "policy ucb"),
+        ({"block_size": 4, "temperature": 0.7}, "sampling_params.temperature"),
+        ({"block_size": 4, "accounting": "official"}, "official accounting"),
+        ({"block_size": 4, "colour": "blue"}, "unknown setting 'colour'"),
+    ],
+)
+def test_yaml_refusals_are_one_line(settings, message):
+    block_size = settings.get("block_size", 4)
+    with pytest.raises(SettingsError) as refused:
+        decode_config(settings, block_size)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_yaml_presets_read_as_the_engine_reads_them():
+    config = decode_config({"preset": "sdar-b", "block_size": 16, "threshold": 0.8}, 16)
+    assert config == config_from_settings("sdar-b", threshold=0.8, lookahead=False)
+    assert decode_config({"preset": "exact", "block_size": 16}, 16).exactness().exact
+
+
+def test_the_plugins_imports_leave_the_model_adapters_alone():
+    """What the plugin imports from the engine loads no model adapter and no transformers (SGLang pins its own
+    transformers, which the adapters do not run on); the public API still resolves every name."""
+    import subprocess
+
+    probe = (
+        "import sys, s2d2.config, s2d2.integrations.sglang.batched, s2d2.integrations.sglang.settings;"
+        "print(sorted(m for m in sys.modules if m.startswith(('s2d2.models', 'transformers'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    import s2d2
+
+    assert {name for name in s2d2.__all__ if getattr(s2d2, name, None) is None} == set()
+    assert s2d2.generate is generate and "load_model" in dir(s2d2)
+
+
+def test_requests_with_settings_s2d2_would_ignore_are_refused():
+    from types import SimpleNamespace
+
+    from s2d2.integrations.sglang.requests import unsupported_request
+
+    plain = dict(min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0, logit_bias=None,
+                 regex=None, json_schema=None, ebnf=None)  # fmt: skip
+    assert unsupported_request(SimpleNamespace(**plain)) is None
+    refusal = unsupported_request(SimpleNamespace(**{**plain, "repetition_penalty": 1.2, "regex": "[0-9]+"}))
+    assert "repetition_penalty" in refusal and "constrained decoding" in refusal
+
+
+# -- a real SGLang server on the CPU ------------------------------------------
+
+BLOCK = 4  # SGLang's SDAR default canvas
+NEW_TOKENS = 16
+EXACT = {"preset": "exact", "block_size": BLOCK, "block_length": BLOCK, "steps": BLOCK}
+
+
+@pytest.fixture(scope="module")
+def sglang_python() -> str:
+    if not Path(SGLANG_PYTHON).exists():
+        pytest.skip(f"SGLang's environment is not at {SGLANG_PYTHON} (run_tests.sh creates .venv-sglang)")
+    return SGLANG_PYTHON
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_path, tmp_path_factory) -> str:
+    """The tiny random SDAR checkpoint as SGLang loads it (its own 64-row-multiple vocabulary, own mask id)."""
+    return str(export(tiny_path, tmp_path_factory.mktemp("sglang_tiny")))
+
+
+def start_server(python: str, model: str, settings: dict, directory: Path, name: str, *extra_args: str):
+    from s2d2.integrations.sglang.server import SGLangServer
+
+    config = directory / f"{name}.yaml"
+    config.write_text(json.dumps(settings))  # JSON is YAML
+    return SGLangServer(python, model, "S2D2", str(config), directory / f"{name}.log", extra_args=extra_args)
+
+
+@pytest.fixture(scope="module")
+def exact_server(sglang_python, exported, tmp_path_factory):
+    """Exact S2D2 under SGLang's synchronous scheduling (every step of a block in one round); the stochastic
+    server below runs SGLang's default, first-done-first-out, so both of its modes are served."""
+    server = start_server(sglang_python, exported, EXACT, tmp_path_factory.mktemp("exact"), "exact", "--no-dllm-fdfo")
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_model) -> list[list[int]]:
+    """Twenty chat prompts of held-out problems, of several lengths (so blocks start mid-prompt too)."""
+    from s2d2.evaluate import heldout_problems
+
+    return [tiny_model.chat_prompt(p.prompt) for p in heldout_problems(7)[:20]]
+
+
+def greedy(n: int = NEW_TOKENS) -> dict:
+    return {"temperature": 0, "max_new_tokens": n}
+
+
+def ar_outputs(model, prompts: list[list[int]], n: int = NEW_TOKENS) -> list[list[int]]:
+    return [generate(model, ids, config_from_settings(method="ar", max_new_tokens=n)).output_ids for ids in prompts]
+
+
+@pytest.fixture(scope="module")
+def batch_outputs(exact_server, prompts) -> list[list[int]]:
+    return exact_server.generate_many(prompts, [greedy()] * len(prompts), concurrency=len(prompts))
+
+
+def test_exact_s2d2_in_sglang_is_the_engines_ar(batch_outputs, prompts, tiny_model, exact_server):
+    """20 prompts sent at once (they share batches: --max-running-requests 16) give the engine's AR output."""
+    batch_sizes = [int(n) for n in re.findall(r"#new-seq: (\d+)", exact_server.log_text())]
+    assert max(batch_sizes) > 1
+    assert batch_outputs == ar_outputs(tiny_model, prompts)
+
+
+def test_one_at_a_time_is_the_batch(batch_outputs, prompts, exact_server):
+    alone = [exact_server.generate(ids, greedy()) for ids in prompts]
+    assert alone == batch_outputs
+
+
+STOCHASTIC = {**EXACT, "acceptance": "stochastic"}
+
+
+@pytest.fixture(scope="module")
+def stochastic_server(sglang_python, exported, tmp_path_factory):
+    server = start_server(sglang_python, exported, STOCHASTIC, tmp_path_factory.mktemp("stochastic"), "stochastic")
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
+
+
+def sampled(seed: int, n: int = NEW_TOKENS) -> dict:
+    return {"temperature": 1.0, "max_new_tokens": n, "sampling_seed": seed}
+
+
+def test_seeded_sampling_is_reproducible(stochastic_server, prompts):
+    """Exact stochastic S2D2 (speculative sampling, temperature 1): a request's seed fixes its output, in a
+    batch or alone; other seeds give other outputs."""
+    chosen = prompts[:8]
+    batch = stochastic_server.generate_many(chosen, [sampled(100 + i) for i in range(8)], concurrency=8)
+    alone = [stochastic_server.generate(ids, sampled(100 + i)) for i, ids in enumerate(chosen)]
+    assert alone == batch
+    reseeded = stochastic_server.generate_many(chosen, [sampled(200 + i) for i in range(8)], concurrency=8)
+    assert reseeded != batch
+
+
+def two_sample_chi_square(first: Counter, second: Counter) -> tuple[float, int]:
+    """Pearson's homogeneity statistic of two samples over the same cells, cells the first sample would
+    expect fewer than 5 of pooled into one; and its degrees of freedom."""
+    cells = sorted(set(first) | set(second))
+    a = torch.tensor([first[c] for c in cells], dtype=torch.float64)
+    b = torch.tensor([second[c] for c in cells], dtype=torch.float64)
+    share = (a + b) / (a.sum() + b.sum())
+    small = share * a.sum() < 5
+    if small.any():
+        a = torch.cat([a[~small], a[small].sum()[None]])
+        b = torch.cat([b[~small], b[small].sum()[None]])
+        share = torch.cat([share[~small], share[small].sum()[None]])
+    expected_a, expected_b = share * a.sum(), share * b.sum()
+    statistic = ((a - expected_a) ** 2 / expected_a + (b - expected_b) ** 2 / expected_b).sum()
+    return float(statistic), len(a) - 1
+
+
+def test_first_token_follows_ar_sampling(stochastic_server, prompts, tiny_model):
+    """500 seeded requests of one prompt: S2D2's first token has the distribution of the engine's AR sampling
+    at temperature 1 (1000 engine samples). Pearson homogeneity chi-square within its mean + 4 sd: a false
+    failure has probability 0.5% at 3 degrees of freedom and under 0.2% from 10 (the chi-square tail there)."""
+    prompt = prompts[0]
+    served = stochastic_server.generate_many([prompt] * 500, [sampled(i, 1) for i in range(500)], concurrency=16)
+    engine = generate_batch(tiny_model, [prompt] * 1000, config_from_settings(method="ar", temperature=1.0, max_new_tokens=1),
+                            seeds=range(1000), batch_size=64)  # fmt: skip
+    first_served = Counter(o[0] for o in served)
+    first_engine = Counter(t.output_ids[0] for t in engine)
+    assert len(first_engine) > 3  # a distribution, not a near-certain token
+    statistic, dof = two_sample_chi_square(first_served, first_engine)
+    assert statistic < chi_square_bound(dof), (statistic, dof)
+
+
+def test_bad_setting_refuses_to_start(sglang_python, exported, tmp_path):
+    """A bad YAML setting stops the launch before any model loads, with the CLI's one-line message."""
+    server = start_server(sglang_python, exported, {"block_size": BLOCK, "block_length": 0}, tmp_path, "bad")
+    try:
+        assert server.exit_code(timeout=600) != 0
+    finally:
+        server.stop()
+    assert "block_length (Block length B) must be in [1, 1024], got 0" in server.log_text()
