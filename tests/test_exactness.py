@@ -97,24 +97,63 @@ def test_each_reason_alone_makes_a_configuration_inexact_and_is_named(case):
     assert exactness.describe().startswith("not exact: ")
 
 
+# Drafts and verifier at temperature 0.8 within the 0.9 nucleus; B = 4 in sub-blocks of 2, lookahead on; four
+# tokens after SAMPLED_PROMPT span both sub-blocks of the first block and the start of a second block.
+SAMPLED_EXACT = config_from_settings(
+    "exact", block_length=4, sub_block_length=2, steps=2, lookahead=True, max_new_tokens=4, temperature=0.8,
+    top_p=0.9, acceptance="stochastic",
+    trace_top_k=0,  # thousands of runs: no per-position top-k in their traces
+)  # fmt: skip
+
+# Configurations exactness() declares exact, each of them decoded in this module: the greedy ones against the
+# stock reference (test_each_declared_exact_greedy_setting_writes_the_stock_reference_tokens), the sampled one
+# by the sampled test.
+DECLARED_EXACT = {
+    "ar": DecodeConfig(method="ar"),
+    "dynamic at B = 1": DecodeConfig(method="dynamic", block_length=1),
+    "sdar-b, greedy acceptance": preset_config("sdar-b", verify={"acceptance": "greedy"}),  # c = 0, τ_score = 0
+    "score c=4 τ=−5": config_from_settings("exact", policy="score", c=4.0, tau_score=-5.0),  # E[K] − 4 ≥ −5 always
+    "hysteresis that stays on": config_from_settings("exact", policy="hysteresis", c=0.0, tau_on=-0.5, tau_off=-1.0),
+    "sub-blocks of 4, one token a step": config_from_settings("exact", sub_block_length=4, steps=4),
+    "official accounting": config_from_settings("exact", accounting="official"),
+    "sampled at 0.8, top-p 0.9, stochastic acceptance": SAMPLED_EXACT,
+}
+GREEDY_DECLARED_EXACT = [name for name, config in DECLARED_EXACT.items() if config.sampling.greedy]
+
+
 @pytest.mark.parametrize(
     "config, exact",
     [
-        (DecodeConfig(method="ar"), True),
+        *((config, True) for config in DECLARED_EXACT.values()),
         (DecodeConfig(method="ar", edit_threshold=0.9), False),
         (DecodeConfig(method="dynamic", block_length=4), False),
-        (DecodeConfig(method="dynamic", block_length=1), True),
-        (preset_config("sdar-b", verify={"acceptance": "greedy"}), True),  # c = 0, τ_score = 0 verifies every span
         (preset_config("sdar-b"), False),  # the official random acceptance of argmax drafts
-        (config_from_settings("exact", policy="score", c=4.0, tau_score=-5.0), True),  # E[K] − 4 ≥ −5 always
-        (config_from_settings("exact", policy="hysteresis", c=0.0, tau_on=-0.5, tau_off=-1.0), True),
-        (config_from_settings("exact", temperature=0.8, acceptance="stochastic"), True),
-        (config_from_settings("exact", sub_block_length=4, steps=4), True),
-        (config_from_settings("exact", accounting="official"), True),
     ],
 )
 def test_exactness_of_the_presets_and_of_routers_that_cannot_skip(config, exact):
     assert config.exactness().exact == exact
+
+
+def test_every_setting_declared_exact_is_decoded():
+    """A setting declared exact is decoded, greedy against the stock reference or sampled by the sampled test."""
+    for name, config in DECLARED_EXACT.items():
+        assert config.exactness().exact, name
+        decoded = name in GREEDY_DECLARED_EXACT if config.sampling.greedy else config == SAMPLED_EXACT
+        assert decoded, f"{name} is declared exact but no test decodes it"
+    assert len(GREEDY_DECLARED_EXACT) == len(DECLARED_EXACT) - 1
+
+
+@pytest.mark.parametrize("name", GREEDY_DECLARED_EXACT)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_declared_exact_greedy_setting_writes_the_stock_reference_tokens(every_family, family, name):
+    """19 tokens (two blocks at B = 16) after a random prompt, token for token the stock network's greedy loop."""
+    model = every_family[family]
+    (prompt,) = random_prompts(model, 1, seed=len(name))
+    config = DECLARED_EXACT[name].replace(max_new_tokens=19)
+    mask_token_id = None if family in RIGHT_SHIFTED else model.tokenizer.mask_token_id
+    reference, _ = greedy_reference(model.model, prompt, decoded_length(model, config, len(prompt)), mask_token_id)
+    got = generate(model, prompt, config).output_ids
+    assert got == reference[: next((k + 1 for k, t in enumerate(reference) if t in model.stop_token_ids), None)]
 
 
 def test_cli_prints_exactness_with_the_summary(tiny_path, capsys):
@@ -338,13 +377,6 @@ def test_greedy_exact_s2d2_equals_ar_over_random_shapes_and_settings(tokenizer, 
 
 SMALL_VOCAB, RUNS, FALSE_FAILURE = 6, 7_000, 1e-3  # 21,000 sampled runs over the three families
 SAMPLED_PROMPT = [3, 4, 5, 4, 3]  # five tokens: the first block's sub-block 0 holds one mask, sub-block 1 two
-# Drafts and verifier at temperature 0.8 within the 0.9 nucleus; B = 4 in sub-blocks of 2, lookahead on; four
-# tokens (positions 5 to 8) span both sub-blocks of the first block and the start of a second block.
-SAMPLED_EXACT = config_from_settings(
-    "exact", block_length=4, sub_block_length=2, steps=2, lookahead=True, max_new_tokens=4, temperature=0.8,
-    top_p=0.9, acceptance="stochastic",
-    trace_top_k=0,  # thousands of runs: no per-position top-k in their traces
-)  # fmt: skip
 
 
 def ar_distribution(network, prompt: list[int], length: int, mask_token_id: int | None, sampling) -> torch.Tensor:
