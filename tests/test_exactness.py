@@ -1,10 +1,12 @@
 """Exact S2D2 is the model's own autoregressive decoding, on every family.
 
 Greedy: token for token, over a seeded fuzz of checkpoint shapes and decoding
-settings, each run compared with AR (a differential test). Sampling: the same
-distribution, checked against the AR distribution computed by enumeration on a
-small vocabulary. Every configuration compared is one ``DecodeConfig.exactness()``
-calls exact. Real forwards on tiny random networks, built in memory.
+settings, each run compared with the stock network's own greedy loop
+(tests/references.py, no engine code). Sampling: the same joint distribution,
+checked against the AR distribution that reference computes by enumeration on
+a small vocabulary. Every configuration compared is one ``DecodeConfig.exactness()``
+calls exact, and every one it is declared exact for is decoded. Real forwards on
+tiny random networks, built in memory.
 Run with ``pytest -s`` to see the counts.
 """
 
@@ -183,7 +185,7 @@ INIT_STD = 0.15  # sharp, context-dependent predictions, as in checkpoints.py
 CHECKPOINTS, CONFIGS_PER_CHECKPOINT = 60, 2  # one prompt per checkpoint
 TIE_MARGIN = 1e-4  # reference top-2 logit margin under which a case may be decided by float rounding
 MOST_EXCUSED = 2  # ties excused per family
-TWIN_SPREAD = 4e-4  # near-twin tokens' output rows differ by this much per coordinate
+TWIN_PAIRS, TWIN_SPREAD = 64, 2e-4  # near-twin tokens' output rows differ by this much per coordinate
 RIGHT_SHIFTED = {"fast_dllm_v2"}  # the family whose row i predicts token i + 1
 FUZZ_COVERAGE = (
     "budget not a multiple of B", "prompt not a multiple of B", "lookahead", "sub-blocks", "a second block",
@@ -284,22 +286,21 @@ def random_exact_config(rng: random.Random, seed: int) -> DecodeConfig:
 
 
 def with_twin_tokens(model, rng: random.Random):
-    """The model, with two ordinary tokens made near-twins: one's output row is scaled up,
-    so that it is often AR's choice, and the other's is that row plus noise of ``TWIN_SPREAD``.
+    """The model, with ``TWIN_PAIRS`` pairs of ordinary tokens made near-twins: the second of a pair
+    takes the first one's output row plus noise of ``TWIN_SPREAD`` per coordinate.
 
-    Their logits then differ by a few thousandths wherever they lead, so AR
-    often picks between near-ties, and the draft, from other hidden states, often
-    prefers the other twin. An acceptance that takes a draft whose probability
-    is merely close to the top one commits the wrong twin there.
+    Wherever one of a pair leads, its twin is a close second, a few thousandths
+    of a logit behind, so AR often chooses between near-ties, and the draft, from
+    other hidden states, sometimes prefers the other twin. An acceptance that
+    takes a draft whose probability is merely close to the top one commits the
+    wrong twin there.
     """
     special = set(model.tokenizer.all_special_ids)
-    leader, twin = rng.sample([i for i in range(len(model.tokenizer)) if i not in special], 2)
+    tokens = rng.sample([i for i in range(len(model.tokenizer)) if i not in special], 2 * TWIN_PAIRS)
     rows = model.model.get_output_embeddings().weight
+    noise = torch.randn(TWIN_PAIRS, rows.shape[1], generator=torch.Generator().manual_seed(rng.randrange(1 << 31)))
     with torch.no_grad():
-        rows[leader] *= 2.0
-        rows[twin] = rows[leader] + TWIN_SPREAD * torch.randn(
-            rows.shape[1], generator=torch.Generator().manual_seed(rng.randrange(1 << 31))
-        )
+        rows[tokens[1::2]] = rows[tokens[0::2]] + TWIN_SPREAD * noise
     return model
 
 
