@@ -139,7 +139,7 @@ def write_checkpoints(folder: Path) -> dict[str, str]:
     from checkpoints import WRITERS
     from conftest import TINY, write_sdar_checkpoint
 
-    from s2d2.train import build_tokenizer
+    from s2d2.training.train import build_tokenizer
 
     tokenizer = build_tokenizer(TINY)
     paths = {"sdar": write_sdar_checkpoint(folder / "sdar")}
@@ -173,8 +173,8 @@ def jobs(paths: dict[str, str]) -> list[dict]:
 
 def bundled_llada2_jobs(problems: int) -> list[dict]:
     """The bundled LLaDA2 model on held-out problems at the LLaDA2 presets, greedy (``--llada2-prefill-effect``)."""
-    from s2d2.evaluate import heldout_problems
     from s2d2.models import BUNDLED_MODELS, load_model
+    from s2d2.study.evaluate import heldout_problems
 
     model = load_model("bundled-llada2", device="cpu")
     presets = {

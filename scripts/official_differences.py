@@ -18,8 +18,8 @@ import torch
 
 from s2d2 import generate
 from s2d2.config import preset_config
-from s2d2.evaluate import heldout_problems
 from s2d2.models import load_model
+from s2d2.study.evaluate import heldout_problems
 
 PRESETS = ("fastdllm-a", "fastdllm-b", "fastdllm-c")
 

@@ -76,6 +76,19 @@ def chi_square(counts: torch.Tensor, p: torch.Tensor) -> tuple[float, int]:
     return float(((observed - expected) ** 2 / expected).sum()), len(observed) - 1
 
 
-def chi_square_bound(dof: int) -> float:
-    """The statistic's mean plus four standard deviations under sampling noise alone."""
-    return dof + 4 * math.sqrt(2 * dof)
+def chi_square_bound(dof: int, false_failure: float = 1e-3) -> float:
+    """The chi-square quantile that sampling noise alone exceeds with probability ``false_failure``.
+
+    For ``k`` degrees of freedom, P(χ² > x) = Q(k/2, x/2), the regularised upper
+    incomplete gamma function (``torch.special.gammaincc``), which falls from 1
+    to 0 as ``x`` grows; bisection in float64 finds where it equals ``false_failure``.
+    """
+    k = torch.tensor(dof / 2, dtype=torch.float64)
+    low, high = 0.0, dof + 40 * math.sqrt(2 * dof) + 100
+    for _ in range(200):
+        middle = (low + high) / 2
+        if float(torch.special.gammaincc(k, torch.tensor(middle / 2, dtype=torch.float64))) > false_failure:
+            low = middle
+        else:
+            high = middle
+    return high

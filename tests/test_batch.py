@@ -4,17 +4,16 @@ Real forwards on the tiny random checkpoints of every family: outputs, forward
 counts and the tokens each forward fed must equal the single-prompt runs', for
 every method, router and family, with ragged prompts, stop tokens inside
 blocks, rows finishing while others continue and new rows joining. Run with
-``pytest -s`` to see the counts. Each method runs at one of the batch sizes
-2, 7 and 16 in turn; ``S2D2_BATCH_MATRIX=full`` runs every method at all three.
+``pytest -s`` to see the counts. Every method runs at batch sizes 2, 3 and 5
+over 7 prompts, so that rows join mid-decode as others finish.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
-from helpers import exact_greedy_s2d2, random_prompts
+from helpers import CountingForward, exact_greedy_s2d2, random_prompts
 
 from s2d2 import generate, generate_batch
 from s2d2.batch import BatchScheduler
@@ -25,8 +24,7 @@ from s2d2.sampling import SamplingConfig
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SAMPLED = SamplingConfig(temperature=1.0)
-BATCH_SIZES = (2, 7, 16)
-FULL_MATRIX = os.environ.get("S2D2_BATCH_MATRIX") == "full"
+BATCH_SIZES = (2, 3, 5)  # under the 7 prompts: queued rows join while others are decoding
 
 
 def matrix(family: str) -> dict[str, DecodeConfig]:
@@ -87,9 +85,9 @@ def test_every_method_batched_equals_one_at_a_time(every_family, family):
     free = [generate(model, p, DecodeConfig(method="ar", max_new_tokens=8)).output_ids for p in prompts[:3]]
     saved, model.stop_token_ids = model.stop_token_ids, sorted({free[0][5], free[1][6]})
     try:
-        for k, (name, config) in enumerate(matrix(family).items()):
+        for name, config in matrix(family).items():
             single = [generate(model, p, config.replace(seed=s)) for p, s in zip(prompts, seeds)]
-            for size in BATCH_SIZES if FULL_MATRIX else BATCH_SIZES[k % 3 : k % 3 + 1]:
+            for size in BATCH_SIZES:
                 batched = generate_batch(model, prompts, config, seeds=seeds, batch_size=size)
                 different = [i for i, (a, b) in enumerate(zip(single, batched)) if not same_run(a, b)]
                 assert not different, f"{family} {name} at batch {size}: rows {different} differ from single runs"
@@ -177,13 +175,17 @@ def test_cancelling_a_batch_stops_every_row_and_leaves_no_thread(every_family):
 def test_bad_batches_are_refused_before_any_forward(every_family):
     model = every_family["sdar"]
     config = DecodeConfig(method="ar", max_new_tokens=8)
-    with pytest.raises(ValueError, match="no prompts"):
-        generate_batch(model, [], config)
-    with pytest.raises(ValueError, match="seeds"):
-        generate_batch(model, [[5, 6]], config, seeds=[1, 2])
-    with pytest.raises(ValueError, match="batch_size"):
-        generate_batch(model, [[5, 6]], config, batch_size=0)
-    with pytest.raises(ValueError, match="empty"):
-        generate_batch(model, [[5, 6], "  "], config)
-    with pytest.raises(ValueError, match="positions"):
-        generate_batch(model, [[5, 6], [5] * 5000], config)
+    with CountingForward(model) as forwards:
+        with pytest.raises(ValueError, match="no prompts"):
+            generate_batch(model, [], config)
+        with pytest.raises(ValueError, match="seeds"):
+            generate_batch(model, [[5, 6]], config, seeds=[1, 2])
+        with pytest.raises(ValueError, match="batch_size"):
+            generate_batch(model, [[5, 6]], config, batch_size=0)
+        with pytest.raises(ValueError, match="empty"):
+            generate_batch(model, [[5, 6], "  "], config)
+        with pytest.raises(ValueError, match="positions"):
+            generate_batch(model, [[5, 6], [5] * 5000], config)
+        assert forwards.calls == 0
+        accepted = generate_batch(model, [[5, 6]], config)  # the counter sees the forwards a valid batch runs
+    assert forwards.calls == accepted.forwards == accepted[0].summary.nfe == 9

@@ -14,11 +14,18 @@ from two_processes import launch_two_processes
 
 from components import benchmarks
 from components.benchmarks import frontier_figure, load_summary, summary_frame
+from components.study import energy_figure, scaling_figure
 from s2d2.study import bench, report, results
 from s2d2.study.evaluate import ProblemResult
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--grid", "tiny", "--problems", "5", "--max-new-tokens", "12"]
+
+
+def figure_data(html: Path) -> list[dict]:
+    """The traces of the plotly figure a written HTML page draws (the list ``Plotly.newPlot`` receives)."""
+    text = html.read_text()
+    return json.JSONDecoder().raw_decode(text, text.index("[", text.index("Plotly.newPlot(")))[0]
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +55,20 @@ def test_tiny_grid_writes_table_csv_and_figures(single):
     assert s2d2["nfe_per_problem"] == pytest.approx(forwards["S2D2 B=4 always (c=0)"] / 15)
     assert summary["meta"]["problems_per_family"] == 5
     benchmarks.main([str(single)])  # the figures are drawn from summary.json, outside the engine
-    for name in ("frontier_nfe", "frontier_wall", "scaling", "energy"):
-        assert (single / f"{name}.html").stat().st_size > 1000
+    families = summary["meta"]["families"]
+    drawn = {
+        "frontier_nfe": frontier_figure(summary["methods"], "nfe"),
+        "frontier_wall": frontier_figure(summary["methods"], "wall"),
+        "scaling": scaling_figure(summary["methods"], summary["meta"], families),
+        "energy": energy_figure(summary["methods"], families),
+    }
+    for name, figure in drawn.items():
+        assert figure_data(single / f"{name}.html") == json.loads(figure.to_json())["data"], name
+    nfe_markers = {trace["name"]: trace["x"] for trace in figure_data(single / "frontier_nfe.html")}
+    assert nfe_markers == {
+        "AR": [ar["nfe_per_problem"]],
+        "S2D2 always, stochastic + lookahead": [s2d2["nfe_per_problem"]],
+    }
     fig = frontier_figure(summary["methods"], "nfe")
     assert sorted(t.name for t in fig.data) == ["AR", "S2D2 always, stochastic + lookahead"]
     assert list(summary_frame(summary["methods"])["method"]) == ["AR", "S2D2 B=4 always (c=0)"]
@@ -63,7 +82,10 @@ def test_report_rebuilds_the_table_from_the_saved_runs(single, tmp_path):
     assert (tmp_path / "table.md").read_text() == (single / "table.md").read_text()
     assert report.read_runs(tmp_path / "runs.csv") == report.read_runs(single / "runs.csv")
     first = report.read_runs(single / "runs.csv")[0]
-    assert isinstance(first.correct, bool) and isinstance(first.nfe, int) and isinstance(first.ar_energy, float)
+    row = next(csv.DictReader((single / "runs.csv").open()))
+    assert (first.method, first.family, first.index) == (row["method"], row["family"], int(row["index"]))
+    assert first.correct is (row["correct"] == "True") and first.nfe == int(row["nfe"]) > 0
+    assert first.ar_energy == float(row["ar_energy"]) and first.output == row["output"]
 
 
 def test_editing_report_counts_the_outputs_editing_changed():

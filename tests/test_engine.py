@@ -284,8 +284,16 @@ def test_ucb_block_progress_counts_tokens_decoded_in_the_block(tiny_model):
     assert trace.steps[0].route.detail["block_progress"] == 0.0
 
 
-def test_entropy_bounded_baseline_commits_each_token_once(tiny_model):
-    trace = generate(tiny_model, random_prompts(tiny_model, 1, seed=4)[0],
-                     DecodeConfig(method="entropy_bounded", block_length=8, steps=2, eb_threshold=15.0, max_new_tokens=24))  # fmt: skip
-    assert_each_token_committed_once(trace)
-    assert max(len(s.committed) for s in trace.steps) > 1
+def test_entropy_bounded_baseline_commits_what_its_entropy_budget_allows(tiny_model):
+    """The least uncertain drafts while their summed entropy stays under the budget, at least one and at most
+    the step's minimum. A random model's drafts carry nearly log V = 5.95 nats each: a budget of 0 commits one
+    a step, 15 nats two (11.9 fit, 17.9 do not), 1e9 every one the step allows."""
+    prompt = random_prompts(tiny_model, 1, seed=4)[0]
+    for budget, fitting in ((0.0, 1), (15.0, 2), (1e9, 8)):
+        config = DecodeConfig(method="entropy_bounded", block_length=8, steps=2, eb_threshold=budget, max_new_tokens=24)
+        trace = generate(tiny_model, prompt, config)
+        assert_each_token_committed_once(trace)
+        assert [s.rule for s in trace.steps] == [
+            {"rule": "entropy_bounded", "minimum": s.rule["minimum"], "budget": budget} for s in trace.steps
+        ]
+        assert [len(s.committed) for s in trace.steps] == [min(fitting, s.rule["minimum"]) for s in trace.steps], budget

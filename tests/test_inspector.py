@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from s2d2.__main__ import main
-from s2d2.config import config_from_settings
+from s2d2.config import config_from_settings, preset_config
 from s2d2.decisions import decisions_at, describe_position, has_detail
 from s2d2.decode import generate
 from s2d2.likelihood import ar_logprobs
@@ -147,12 +147,13 @@ def test_a_version_3_trace_still_loads_and_says_the_detail_is_missing(stochastic
     assert "schema version 3" in describe_position(old, 0)
 
 
-def test_cli_inspect_prints_every_step_that_touched_the_position(tiny_path, capsys):
+def test_cli_inspect_prints_every_step_that_touched_the_position(tiny_path, tiny_model, capsys):
     args = ["generate", "--model", tiny_path, "--prompt", PROMPT, "--device", "cpu", "--preset", "exact"]
     assert main([*args, "--max-new-tokens", "12", "--inspect", "2"]) == 0
     out = capsys.readouterr().out
     assert "position 2:" in out and "q top-k:" in out and "p top-k:" in out
-    assert out.count("\nstep ") >= 1
+    touched = decisions_at(generate(tiny_model, PROMPT, preset_config("exact", max_new_tokens=12)), 2)
+    assert out.count("\nstep ") == len(touched) >= 1
     assert main([*args, "--max-new-tokens", "4", "--inspect", "99"]) == 0
     assert "no step drafted it" in capsys.readouterr().out
 

@@ -270,7 +270,7 @@ def exact_server(sglang_python, exported, tmp_path_factory):
 @pytest.fixture(scope="module")
 def prompts(tiny_model) -> list[list[int]]:
     """Twenty chat prompts of held-out problems, of several lengths (so blocks start mid-prompt too)."""
-    from s2d2.evaluate import heldout_problems
+    from s2d2.study.evaluate import heldout_problems
 
     return [tiny_model.chat_prompt(p.prompt) for p in heldout_problems(7)[:20]]
 

@@ -9,6 +9,7 @@ engine decodes (exact S2D2 returns AR's output).
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 
@@ -277,12 +278,14 @@ def test_time_budget_fixes_the_step_count_from_the_measured_speed():
     assert budgeted_steps(cfg, 100, 120.0, 0.05) == 100  # already over: stop here
 
 
-def test_a_budgeted_run_records_the_steps_it_fixed(tmp_path):
-    cfg = replace(TINY, out=str(tmp_path), steps=100_000, time_budget=600.0, stop_after=BUDGET_PROBE[1] + 2,
-                  checkpoint_every=1000, loader_workers=1)  # fmt: skip
-    train(cfg)
+def test_a_budgeted_run_fixes_its_steps_and_stops_at_the_budget_by_its_clock(tmp_path):
+    """A clock that reads one second a step through the probe, then ten: the run plans
+    100 + int(0.93 × 30 s / 1 s) = 127 steps, and the budget stops it at step 103 (130 s)."""
+    readings = itertools.chain(range(BUDGET_PROBE[1] + 1), itertools.count(BUDGET_PROBE[1] + 10, 10))
+    cfg = replace(TINY, out=str(tmp_path), steps=100_000, time_budget=130.0, checkpoint_every=1000, loader_workers=1)
+    train(cfg, clock=lambda: float(next(readings)))
     log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
-    fixed = [e["steps_fixed"] for e in log if "steps_fixed" in e]
-    assert len(fixed) == 1 and BUDGET_PROBE[1] < fixed[0] < 100_000
+    assert [e["steps_fixed"] for e in log if "steps_fixed" in e] == [127]
+    assert [e["step"] for e in log if e.get("stopped_by_budget")] == [103] and log[-1]["step"] == 103
     saved = json.loads((tmp_path / "checkpoint" / "train_config.json").read_text())
-    assert saved["steps"] == fixed[0] and log[-1]["step"] == BUDGET_PROBE[1] + 2
+    assert saved["steps"] == 127

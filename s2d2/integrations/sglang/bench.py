@@ -30,9 +30,9 @@ from pathlib import Path
 
 from ...batch import generate_batch
 from ...config import DecodeConfig, config_from_settings
-from ...evaluate import heldout_problems
 from ...models import load_model
-from ...tasks import families
+from ...study.evaluate import heldout_problems
+from ...study.tasks import families
 from .export import export
 from .instrument import ENVIRONMENT, read_counts
 from .server import SGLangServer
