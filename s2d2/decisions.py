@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .rules import RULES
 from .trace import (
     ACCEPTED,
     CARRIED,
@@ -163,12 +164,8 @@ def _stored_rule(trace: Trace) -> dict:
     """The diffusion rule from the stored config, for a trace from before steps recorded it."""
     config = trace.config
     name = config.get("s2d2_rule") if trace.method == "s2d2" else trace.method
-    rule = {"rule": name}
-    if name == "dynamic":
-        rule["threshold"] = config.get("threshold")
-    elif name == "entropy_bounded":
-        rule["budget"] = config.get("eb_threshold")
-    return rule
+    records = RULES[name].records if name in RULES else ()
+    return {"rule": name, **{key: config.get(field) for key, field in records}}
 
 
 def describe_position(trace: Trace, position: int, show: Callable[[int], str] | None = None) -> str:

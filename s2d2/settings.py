@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from .config import BY_NAME, SETTINGS, read_settings
+from .config import BY_NAME, SETTINGS
 from .fields import Setting
 
-__all__ = ["BY_NAME", "SETTINGS", "Setting", "add_arguments", "parse_settings", "settings_from_args"]
-
-# ``{name: text}`` (the CLI's and lm-eval's ``name=value`` pairs) to values: the one reader, by the name text callers use.
-parse_settings = read_settings
+__all__ = ["BY_NAME", "SETTINGS", "Setting", "add_arguments", "settings_from_args"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from s2d2.__main__ import build_parser, config_from_args, main
-from s2d2.config import DecodeConfig, VerifyConfig, config_from_settings, preset_config
+from s2d2.config import DecodeConfig, VerifyConfig, config_from_settings, preset_config, read_settings
 from s2d2.sampling import SamplingConfig
-from s2d2.settings import BY_NAME, SETTINGS, parse_settings
+from s2d2.settings import BY_NAME, SETTINGS
 
 
 def test_every_config_field_is_a_declared_setting_with_a_flag():
@@ -40,14 +40,14 @@ def test_flat_settings_leave_derived_fields_to_the_block_length():
 
 
 def test_text_values_parse_by_declared_kind():
-    values = parse_settings({"block_length": "8", "allow_resample": "false", "ratio_threshold": "none",
+    values = read_settings({"block_length": "8", "allow_resample": "false", "ratio_threshold": "none",
                              "threshold": "0.7", "ucb_bins": "2 3 4"})  # fmt: skip
     assert values == {"block_length": 8, "allow_resample": False, "ratio_threshold": None, "threshold": 0.7,
                       "ucb_bins": (2, 3, 4)}  # fmt: skip
     with pytest.raises(ValueError, match="block_length must be int"):
-        parse_settings({"block_length": "eight"})
+        read_settings({"block_length": "eight"})
     with pytest.raises(ValueError, match="unknown setting 'blocks'"):
-        parse_settings({"blocks": "8"})
+        read_settings({"blocks": "8"})
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_every_entry_point_reads_setting_values_the_same_way():
 
     text = {"cache_ver": "on", "lookahead": "off", "block_length": "8", "acceptance": "greedy", "steps": "none"}
     expected = {"cache_ver": True, "lookahead": False, "block_length": 8, "acceptance": "greedy", "steps": None}
-    assert parse_settings(text) == expected
+    assert read_settings(text) == expected
     assert decode_settings(text, "model_args") == expected
     dashboard = resolve(given={"cache_ver": True, "lookahead": "off", "block_length": 8.0, "acceptance": "greedy"})
     assert {k: dashboard[k] for k in ("cache_ver", "lookahead", "block_length", "acceptance")} == {
@@ -94,6 +94,6 @@ def test_every_entry_point_reads_setting_values_the_same_way():
         ({"cache_ver": "maybe"}, "cache_ver must be bool"),
         ({"block_length": 8.5}, "block_length must be an integer"),
     ):
-        for read in (parse_settings, lambda given: decode_settings(given, "model_args"), lambda g: resolve(given=g)):
+        for read in (read_settings, lambda given: decode_settings(given, "model_args"), lambda g: resolve(given=g)):
             with pytest.raises(ValueError, match=message):
                 read(bad)
