@@ -7,8 +7,9 @@ runs over all of them at once: a **draft** forward of the canvases, **route**
 **accept** each request's drafts left to right with ``min(1, q/p)`` (or greedily),
 the first rejection resampled from ``(q − p)+``, and the diffusion rule as
 **fallback**. Requests advance at their own pace; a request whose canvas is full
-gets the forward that stores its block (causal under ``cache_ver``, so the exact
-configuration is exact) and is done. Synchronous mode repeats steps until every
+is done once its block is stored causally under ``cache_ver`` (so the exact
+configuration is exact): by the verifier forward when the verification completed
+the block with the drafts it checked, else by one more forward. Synchronous mode repeats steps until every
 block of the round is done; first-done-first-out mode (SGLang's default) takes
 one step per round and lets finished requests leave.
 
@@ -119,7 +120,9 @@ class S2D2(DllmAlgorithm):
     def _step(self, model_runner, forward_batch, ids, todo, mask, states, sampling):
         """One S2D2 step for every request: ``(draft logits output, done per request, still to commit)``.
 
-        A request with nothing left to commit is done: this step's forward stored its full block.
+        A request is done when its block is stored: this step's draft forward stored a block with nothing
+        left to commit, or this step's verification committed the rest of the block exactly as it verified it
+        (the verifier forward stored those causal rows), which spares the block a forward of its own.
         """
         cfg, B = self.config, self.block_size
         bs = ids.shape[0]
@@ -129,7 +132,7 @@ class S2D2(DllmAlgorithm):
         # Causal rows: a full block is stored causally under cache_ver; draft_ver drafts over a causal prefix.
         drafting = todo.long().argmax(dim=1) if cfg.draft_ver else torch.zeros_like(has_todo, dtype=torch.long)
         prefix = torch.where(has_todo, drafting, B if cfg.cache_ver else 0)
-        out = self._masked_forward(model_runner, forward_batch, draft_allowed(prefix, B), save=True)
+        out = self._masked_forward(model_runner, forward_batch, draft_allowed(prefix, B), saved_rows=B)
         logits = out.logits_output.full_logits.view(bs, B, -1)
         positions = forward_batch.positions.view(bs, B)
         probs = batched.batched_probs(logits, sampling)
@@ -138,11 +141,11 @@ class S2D2(DllmAlgorithm):
         confidence = probs.gather(-1, drafts[..., None]).squeeze(-1)
         span = batched.first_span(todo)
         verify, on = self.router.decide(probs, confidence, todo, span, states.on)
-        commit = torch.zeros_like(todo)
-        tokens = drafts
+        commit, tokens, verified = torch.zeros_like(todo), drafts, None
         if cfg.verify.policy == "always" or bool(verify.any()):
-            verdict = self._verify(model_runner, forward_batch, canvas, drafts, probs, span & verify[:, None],
-                                   mask, states, sampling, positions)  # fmt: skip
+            verified = torch.where(span & verify[:, None], drafts, canvas)
+            verdict = self._verify(model_runner, forward_batch, verified, probs, span & verify[:, None], mask,
+                                   states, sampling, positions)  # fmt: skip
             commit, tokens = verdict.commit, torch.where(verdict.commit, verdict.tokens, drafts)
         candidates = todo & ~commit
         k_min = torch.minimum(self.schedule.to(ids.device)[states.steps.clamp_max(cfg.steps - 1)], todo.sum(dim=1))
@@ -150,24 +153,30 @@ class S2D2(DllmAlgorithm):
         commit = commit | batched.rule_commits(confidence, candidates, need, cfg.commit_rule, cfg.threshold)
         ids.copy_(torch.where(commit, tokens, ids))
         todo = todo & ~commit
+        done = ~has_todo
+        if verified is not None and cfg.cache_ver:
+            done = done | (~todo.any(dim=1) & (ids == verified).all(dim=1))
         steps = states.steps + has_todo.long()
-        host = torch.stack([(~has_todo).long(), steps, on.long()]).tolist()
+        host = torch.stack([done.long(), steps, on.long()]).tolist()
         states.steps, states.on = steps, on
         states.store(host[1], [bool(x) for x in host[2]])
         return out.logits_output, [bool(x) for x in host[0]], todo
 
-    def _verify(self, model_runner, forward_batch, canvas, drafts, probs, span, mask, states, sampling, positions):
-        """The verifier forward over ``[drafted block | masks]`` and each request's acceptance over its span."""
+    def _verify(self, model_runner, forward_batch, drafted, probs, span, mask, states, sampling, positions):
+        """The verifier forward over ``[drafted block | masks]`` and each request's acceptance over its span.
+
+        The drafted half is causal, so under ``cache_ver`` its keys and values are stored: a block that this
+        verification completes with its drafts as they stand needs no forward to store it."""
         cfg, B = self.config, self.block_size
-        bs = canvas.shape[0]
-        drafted = torch.where(span, drafts, canvas)
+        bs = drafted.shape[0]
         wide_ids = torch.cat([drafted, torch.full_like(drafted, mask)], dim=1).reshape(-1)
         wide_positions = torch.cat([positions, positions], dim=1).reshape(-1)
         wide = widened_batch(forward_batch, wide_ids, wide_positions)
-        out = self._masked_forward(model_runner, wide, verifier_allowed(B, canvas.device), save=False)
+        allowed = verifier_allowed(B, drafted.device)
+        out = self._masked_forward(model_runner, wide, allowed, saved_rows=B if cfg.cache_ver else 0)
         q = batched.batched_probs(out.logits_output.full_logits.view(bs, 2 * B, -1)[:, B:], sampling)
         return batched.verify_spans(
-            drafts,
+            drafted,
             probs,
             q,
             span,
@@ -177,11 +186,12 @@ class S2D2(DllmAlgorithm):
             cfg.verify.ratio_tempering,
         )
 
-    def _masked_forward(self, model_runner, forward_batch, allowed, save: bool):
-        """A forward whose attention inside the block is ``allowed``; ``save`` stores its KV as SGLang would."""
+    def _masked_forward(self, model_runner, forward_batch, allowed, saved_rows: int):
+        """A forward whose attention inside the block is ``allowed``; each request's first ``saved_rows`` rows
+        store their keys and values where SGLang keeps the block's."""
         prefix = forward_batch.extend_prefix_lens
         longest = max(forward_batch.extend_prefix_lens_cpu)
-        backend = MaskedAttention(model_runner.attn_backend, allowed, prefix, longest, save)
+        backend = MaskedAttention(model_runner.attn_backend, allowed, prefix, longest, saved_rows)
         with forward_context(ForwardContext(attn_backend=backend)):
             return model_runner.forward(forward_batch, pp_proxy_tensors=None)
 

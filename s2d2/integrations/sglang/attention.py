@@ -62,16 +62,17 @@ def draft_allowed(causal_prefix: torch.Tensor, block_size: int) -> torch.Tensor:
 
 class MaskedAttention:
     """An attention backend for one forward whose in-forward mask is given: ``allowed`` is ``(R, R)`` for
-    every request or ``(bs, R, R)`` per request, over each request's ``R`` rows of this forward; ``save``
-    stores the forward's keys and values in the KV pool at SGLang's slots. Every other attribute is the
-    wrapped backend's, so SGLang's planning calls reach the real backend."""
+    every request or ``(bs, R, R)`` per request, over each request's ``R`` rows of this forward; the keys and
+    values of each request's first ``saved_rows`` rows are stored in the KV pool at SGLang's slots (all of a
+    canvas forward; the drafted half of a verifier forward, whose rows are causal). Every other attribute is
+    the wrapped backend's, so SGLang's planning calls reach the real backend."""
 
-    def __init__(self, backend, allowed: torch.Tensor, prefix_lens: torch.Tensor, max_prefix: int, save: bool):
+    def __init__(self, backend, allowed: torch.Tensor, prefix_lens: torch.Tensor, max_prefix: int, saved_rows: int):
         self._backend = backend
         self.allowed = allowed
         self.prefix_lens = prefix_lens
         self.max_prefix = max_prefix
-        self.save = save
+        self.saved_rows = saved_rows
 
     def __getattr__(self, name):
         return getattr(self._backend, name)
@@ -84,10 +85,13 @@ class MaskedAttention:
         new_k = k.reshape(bs, rows, kv_heads, dim)
         new_v = v.reshape(bs, rows, kv_heads, layer.v_head_dim)
         pool = self._backend.token_to_kv_pool
-        if self.save:
+        if self.saved_rows:
             from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-            pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
+            def leading(t: torch.Tensor) -> torch.Tensor:
+                return t.reshape(bs, rows, -1)[:, : self.saved_rows].reshape(-1, *t.shape[1:])
+
+            pool.set_kv_buffer(layer, KVWriteLoc(leading(forward_batch.out_cache_loc), None), leading(k), leading(v))
         slots = self._backend.req_to_token_pool.req_to_token[forward_batch.req_pool_indices, : self.max_prefix]
         cached_k = pool.get_key_buffer(layer.layer_id)[slots].to(new_k.dtype)
         cached_v = pool.get_value_buffer(layer.layer_id)[slots].to(new_v.dtype)
