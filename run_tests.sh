@@ -18,13 +18,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 # SGLang's own environment for the plugin's live-server tests (tests/test_sglang.py): SGLang pins its own torch
-# and transformers, so it cannot share .venv. The project goes in without dependencies, for its entry point.
+# and transformers, so it cannot share .venv. It is the user's recipe (docs/SERVING.md): the project's sglang extra.
 sglang_stamp=.venv-sglang/.requirements.sha
-sglang_want=$(echo "sglang==0.5.23" | cat - pyproject.toml | sha256sum | cut -d' ' -f1)
+sglang_want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$sglang_stamp" 2>/dev/null)" != "$sglang_want" ]; then
   [ -x .venv-sglang/bin/python ] || python3 -m venv .venv-sglang
-  .venv-sglang/bin/python -m pip install --quiet sglang==0.5.23
-  .venv-sglang/bin/python -m pip install --quiet --no-deps -e .
+  .venv-sglang/bin/python -m pip install --quiet -e ".[sglang]"
   echo "$sglang_want" > "$sglang_stamp"
 fi
 

@@ -95,6 +95,15 @@ def test_unknown_model_type_is_a_clear_load_error(tmp_path):
         load_model(str(tmp_path), device="cpu")
 
 
+def test_a_transformers_older_than_decoding_needs_is_a_clear_load_error(monkeypatch):
+    """The package admits SGLang's transformers 5.19 (the sglang extra); decoding there is refused in one line."""
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "5.19.0")
+    with pytest.raises(ModelLoadError, match=r"decoding needs transformers >= 5\.24, this environment has 5\.19\.0"):
+        load_model("bundled", device="cpu")
+
+
 def test_llada2_checkpoint_the_stock_class_cannot_express_is_refused(family_paths, tmp_path):
     path = shutil.copytree(family_paths["llada2"], tmp_path / "with_output_bias")
     config = json.loads((path / "config.json").read_text())

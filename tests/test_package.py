@@ -10,6 +10,7 @@ from importlib.metadata import distribution, entry_points
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -22,7 +23,17 @@ def requirement_lines(name: str) -> list[str]:
 
 
 def test_dependencies_are_the_requirements_files():
-    assert PROJECT["dependencies"] == requirement_lines("requirements.txt")
+    """The package's dependencies are requirements.txt's, except that torch and transformers are ranges there
+    (SGLang's environment, ``.[sglang]``, pins its own) which admit the versions requirements.txt pins."""
+    pinned = {Requirement(line).name: Requirement(line) for line in requirement_lines("requirements.txt")}
+    declared = {Requirement(line).name: Requirement(line) for line in PROJECT["dependencies"]}
+    assert declared.keys() == pinned.keys()
+    for name in ("torch", "transformers"):
+        (pin,) = pinned[name].specifier
+        assert pin.operator == "==" and declared[name].specifier.contains(pin.version), (name, declared[name])
+    assert {str(r) for n, r in declared.items() if n not in ("torch", "transformers")} == {
+        str(r) for n, r in pinned.items() if n not in ("torch", "transformers")
+    }
     assert PROJECT["optional-dependencies"]["dev"] == requirement_lines("requirements-dev.txt")
     assert PROJECT["optional-dependencies"]["eval"] == [
         r for r in requirement_lines("requirements-dev.txt") if r.startswith("lm_eval")

@@ -37,6 +37,7 @@ BUNDLED_MODELS = {
     "bundled-llada2": str(ASSETS / "model-llada2"),
 }
 ADAPTERS = (SDARModel, FastDLLMModel, LLaDA2Model)
+MIN_TRANSFORMERS = "5.24"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -122,6 +123,7 @@ def load_model(
     """
     from transformers import AutoTokenizer
 
+    require_decoding_transformers()
     source = BUNDLED_MODELS.get(source, source)
     device = device or default_device()
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
@@ -143,6 +145,19 @@ def load_model(
         raise ModelLoadError(f"cannot load {source!r} as {adapter.family}: {err}") from None
     except OSError as err:
         raise _hub_error(source, err, offline) from None
+
+
+def require_decoding_transformers() -> None:
+    """Refuse, in one line, a transformers older than the engine's KV handling and LLaDA2's weight conversion
+    need (5.24); the package admits 5.19 so that it installs beside SGLang, whose environment runs the plugin."""
+    import transformers
+    from packaging.version import Version
+
+    if Version(transformers.__version__) < Version(MIN_TRANSFORMERS):
+        raise ModelLoadError(
+            f"decoding needs transformers >= {MIN_TRANSFORMERS}, this environment has {transformers.__version__} "
+            "(SGLang's environment pins it: there S2D2 runs as SGLang's plugin, docs/SERVING.md)"
+        )
 
 
 def describe(source: str, family: str, config: dict, dtype: torch.dtype) -> str:

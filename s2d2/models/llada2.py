@@ -31,13 +31,6 @@ from __future__ import annotations
 
 from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
-from transformers.core_model_loading import (
-    Concatenate,
-    MergeModulelist,
-    Split,
-    WeightConverter,
-    WeightRenaming,
-)
 
 from .aligned import PositionAlignedModel
 from .base import OfficialConventions
@@ -71,7 +64,12 @@ class LLaDA2AsGlm4MoeForCausalLM(Glm4MoeForCausalLM):
 
 
 def llada2_weight_conversion() -> list:
-    """How LLaDA2 parameter names and layouts map onto ``Glm4MoeForCausalLM``'s."""
+    """How LLaDA2 parameter names and layouts map onto ``Glm4MoeForCausalLM``'s.
+
+    Imported here, not with the module: ``Split`` is new in transformers 5.24, and ``s2d2.models`` must import
+    under SGLang's 5.19 so that :func:`s2d2.models.load_model` can refuse it in one line."""
+    from transformers.core_model_loading import Concatenate, MergeModulelist, Split, WeightConverter, WeightRenaming
+
     return [
         WeightRenaming(r"^model\.word_embeddings\.", "model.embed_tokens."),
         WeightRenaming(r"\.attention\.dense\.", ".self_attn.o_proj."),
