@@ -227,6 +227,58 @@ def test_requests_with_settings_s2d2_would_ignore_are_refused():
     assert "repetition_penalty" in refusal and "constrained decoding" in refusal
 
 
+def test_llada2_export_folds_the_routed_scaling_into_the_routed_experts(family_paths, tmp_path):
+    """SGLang's CPU MoE drops ``routed_scaling_factor``: the export multiplies each routed expert's
+    ``down_proj`` by it, says 1.0, and leaves every other tensor (shared experts included) as it was."""
+    from safetensors.torch import load_file
+
+    source = Path(family_paths["llada2"])
+    out = export(str(source), tmp_path / "llada2")
+    before, after = load_file(str(source / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert before.keys() == after.keys()
+    routed = [n for n in before if re.search(r"\.mlp\.experts\.\d+\.down_proj\.weight$", n)]
+    assert routed and not any("shared_experts" in n for n in routed)
+    for name in before:
+        factor = 2.5 if name in routed else 1.0
+        assert torch.equal(after[name], before[name] * factor), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["routed_scaling_factor"] == 1.0 and config["embedding_dropout"] == 0.0
+    assert config["auto_map"] == {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig"}
+    assert (out / "configuration_llada2_moe.py").is_file() and not (out / "modeling_llada2_moe.py").exists()
+
+
+def test_llada2_export_is_the_same_model_to_the_engine(family_paths, family_models, tmp_path):
+    """The folded export computes the checkpoint's function (logits within float32 rounding) and keeps its
+    mask token, which the algorithms translate SGLang's mask id to."""
+    from s2d2 import load_model
+
+    original = family_models["llada2"]
+    exported = load_model(str(export(family_paths["llada2"], tmp_path / "llada2")), device="cpu")
+    config = json.loads((tmp_path / "llada2" / "config.json").read_text())
+    assert config["mask_token_id"] == original.mask_token_id == exported.mask_token_id
+    ids = torch.randint(0, config["vocab_size"], (1, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = original.model(ids).logits, exported.model(ids).logits
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+
+
+def test_llada2_launch_needs_the_export_on_a_cpu(family_paths, tiny_path, tmp_path):
+    """An LLaDA2 checkpoint whose scaling SGLang's CPU MoE would drop is refused on a CPU, in one line, and
+    served elsewhere; the export's own config class is trusted at launch, an SDAR export needs none."""
+    from s2d2.integrations.sglang.launch import launch_block_size
+    from s2d2.integrations.sglang.server import ships_config_code
+
+    supported = ("SDARForCausalLM", "LLaDA2MoeModelLM")
+    with pytest.raises(SettingsError) as refused:
+        launch_block_size({}, family_paths["llada2"], supported, "cpu")
+    assert "routed_scaling_factor" in str(refused.value) and "\n" not in str(refused.value)
+    assert launch_block_size({}, family_paths["llada2"], supported, "cuda") == 32
+    llada2 = export(family_paths["llada2"], tmp_path / "llada2")
+    assert launch_block_size({"block_size": 16}, str(llada2), supported, "cpu") == 16
+    assert ships_config_code(str(llada2))
+    assert not ships_config_code(str(export(tiny_path, tmp_path / "sdar")))
+
+
 # -- a real SGLang server on the CPU ------------------------------------------
 
 BLOCK = 4  # SGLang's SDAR default canvas

@@ -40,7 +40,7 @@ LLADA2_EOS_TOKEN_ID = 156892
 LLADA2_BLOCK_LENGTH = 32  # the block size its decoding code and the paper use; config.json does not say
 
 # LLaDA2's configuration defaults, for fields a config.json may leave out.
-_LLADA2_DEFAULTS = {
+LLADA2_DEFAULTS = {
     "use_qkv_bias": False,
     "use_qk_norm": True,
     "use_bias": True,
@@ -102,7 +102,7 @@ def glm4_moe_config_from_llada2(config: dict) -> Glm4MoeConfig:
     Raises ``ValueError`` for variants the stock class cannot express (a bias on
     the attention output, a non-sigmoid router, no experts at all).
     """
-    c = {**_LLADA2_DEFAULTS, **config}
+    c = {**LLADA2_DEFAULTS, **config}
     if c["use_bias"]:
         raise ValueError("LLaDA2 variant with an attention output bias (use_bias=true) is not supported")
     if c.get("score_function", "sigmoid") != "sigmoid" or not c.get("num_experts"):

@@ -36,7 +36,7 @@ from .settings import decode_config
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED = ("SDARForCausalLM", "SDARMoeForCausalLM")
+SUPPORTED = ("SDARForCausalLM", "SDARMoeForCausalLM", "LLaDA2MoeModelLM")
 
 
 def own_mask_id(model_runner, default: int) -> int:
@@ -46,7 +46,9 @@ def own_mask_id(model_runner, default: int) -> int:
 
 
 class S2D2(DllmAlgorithm):
-    """S2D2 for SDAR-family checkpoints; the YAML is the engine's settings (:mod:`.settings`)."""
+    """S2D2 for SDAR and LLaDA2 checkpoints (position-aligned, bidirectional ``ENCODER_ONLY`` attention
+    inside the block, both run through SGLang's ``RadixAttention``); the YAML is the engine's settings
+    (:mod:`.settings`)."""
 
     supported_architectures = SUPPORTED
 
@@ -62,8 +64,8 @@ class S2D2(DllmAlgorithm):
     @classmethod
     def configure_server_args(cls, server_args) -> None:
         """Refuse a bad YAML or an unsupported model before anything loads, with one line."""
-        settings, model_path = read_yaml(server_args)
-        decode_config(settings, launch_block_size(settings, model_path, SUPPORTED))
+        settings, model_path, device = read_yaml(server_args)
+        decode_config(settings, launch_block_size(settings, model_path, SUPPORTED, device))
 
     @classmethod
     def validate_request(cls, req):

@@ -1,7 +1,7 @@
 """S2D2 served by SGLang beside SGLang's LowConfidence and this project's ``generate_batch``, one run.
 
     python -m s2d2.integrations.sglang.bench table --problems 256 --concurrency 1,4,16,64 --out DIR
-    python -m s2d2.integrations.sglang.bench check --problems 100 --out DIR
+    python -m s2d2.integrations.sglang.bench check --problems 100 --out DIR [--model bundled-llada2]
     python -m s2d2.integrations.sglang.bench head-cost
 
 ``table``: on the exported bundled model, for every method and concurrency, the
@@ -11,7 +11,8 @@ tokens per forward (generated tokens over request-forwards: each forward counts
 once for every request it served, the engine's NFE), accuracy and forwards per
 problem to ``DIR/table.md`` and ``DIR/table.json``. ``check``: exact S2D2 served by
 SGLang against the engine's exact configuration on held-out problems of every
-task family, output for output. ``head-cost``: what padding the vocabulary to SGLang's SDAR mask id would
+task family, output for output, on the bundled SDAR model or any SDAR or LLaDA2 checkpoint (``--model``).
+``head-cost``: what padding the vocabulary to SGLang's SDAR mask id would
 cost, one B-token forward of the model with its own head and with a 151,936-row one. Run it in the
 project's environment; the
 servers run in SGLang's (``--sglang-python``, default ``.venv-sglang``).
@@ -220,7 +221,8 @@ def run_check(args) -> None:
     engine, decoded = engine_row(model, method, problems, 16)
     same = sum(a == b for a, b in zip(served, decoded))
     header = (f"Exact S2D2: SGLang vs the engine on {len(problems.items)} held-out problems ({args.problems} per task "
-              f"family), outputs identical: {same}/{len(decoded)}; {machine()}")  # fmt: skip
+              f"family), model {args.model} (exported), block {BLOCK}, outputs identical: {same}/{len(decoded)}; "
+              f"{machine()}")  # fmt: skip
     write(args.out, "check", [sglang, engine], header)
 
 
@@ -262,7 +264,11 @@ def main(argv=None) -> None:
         prog="python -m s2d2.integrations.sglang.bench", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("what", choices=("table", "check", "head-cost"))
-    parser.add_argument("--model", default="bundled", help="an SDAR checkpoint load_model takes (exported for SGLang)")
+    parser.add_argument(
+        "--model",
+        default="bundled",
+        help="an SDAR or LLaDA2 checkpoint load_model takes, e.g. bundled-llada2 (exported for SGLang)",
+    )
     parser.add_argument("--problems", type=int, default=256, help="table: problems in all; check: per task family")
     parser.add_argument("--concurrency", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--sglang-python", default=str(ROOT / ".venv-sglang" / "bin" / "python"))

@@ -26,14 +26,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def ships_config_code(model: str) -> bool:
+    """Whether the checkpoint names a config class of its own in ``auto_map`` (an LLaDA2 export does:
+    transformers has no ``llada2_moe``), which SGLang reads only under ``--trust-remote-code``."""
+    config = Path(model) / "config.json"
+    return config.is_file() and "AutoConfig" in (json.loads(config.read_text()).get("auto_map") or {})
+
+
 def launch_command(
     python: str, model: str, algorithm: str, config: str | None, port: int, max_running: int
 ) -> list[str]:
-    """SGLang's launch on a CPU: plain PyTorch attention, no CUDA graphs, float32, token ids in and out."""
+    """SGLang's launch on a CPU: plain PyTorch attention, no CUDA graphs, float32, token ids in and out; the
+    checkpoint's own config class is trusted where it ships one (:func:`ships_config_code`)."""
     command = [python, "-m", "sglang.launch_server", "--model-path", model, "--device", "cpu",
                "--attention-backend", "torch_native", "--disable-cuda-graph", "--skip-tokenizer-init",
                "--mem-fraction-static", "0.1", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
                "--dllm-algorithm", algorithm, "--max-running-requests", str(max_running)]  # fmt: skip
+    command += ["--trust-remote-code"] if ships_config_code(model) else []
     return command + (["--dllm-algorithm-config", config] if config else [])
 
 
