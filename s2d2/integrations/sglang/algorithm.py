@@ -9,9 +9,9 @@ the first rejection resampled from ``(q − p)+``, and the diffusion rule as
 **fallback**. Requests advance at their own pace; a request whose canvas is full
 is done once its block is stored causally under ``cache_ver`` (so the exact
 configuration is exact): by the verifier forward when the verification completed
-the block with the drafts it checked, else by one more forward. Synchronous mode repeats steps until every
-block of the round is done; first-done-first-out mode (SGLang's default) takes
-one step per round and lets finished requests leave.
+the block with the drafts it checked, else by one more forward. Synchronous mode
+repeats steps until every block of the round is done; first-done-first-out mode
+(SGLang's default) takes one step per round and lets finished requests leave.
 
 The checkpoint's own mask token is used inside the model: SGLang fills new
 blocks with its per-architecture mask id, which is translated before every
