@@ -307,33 +307,16 @@ def start_server(python: str, model: str, settings: dict, directory: Path, name:
     return SGLangServer(python, model, "S2D2", str(config), directory / f"{name}.log", extra_args=extra_args)
 
 
-STOCHASTIC = {**EXACT, "acceptance": "stochastic"}
-BAD = {"block_size": BLOCK, "block_length": 0}
-
-
 @pytest.fixture(scope="module")
-def launches(sglang_python, exported, tmp_path_factory):
-    """Every launch of the module, started at once (SGLang's start-up, mostly imports and warm-up, is most of
-    the module's time, and they overlap): exact S2D2 under SGLang's synchronous scheduling (every step of a
-    block in one round), stochastic S2D2 under its default, first-done-first-out, so both modes are served,
-    and a launch with a bad setting."""
-    directory = tmp_path_factory.mktemp("servers")
-    servers = {
-        "exact": start_server(sglang_python, exported, EXACT, directory, "exact", "--no-dllm-fdfo"),
-        "stochastic": start_server(sglang_python, exported, STOCHASTIC, directory, "stochastic"),
-        "bad": start_server(sglang_python, exported, BAD, directory, "bad"),
-    }
+def exact_server(sglang_python, exported, tmp_path_factory):
+    """Exact S2D2 under SGLang's synchronous scheduling (every step of a block in one round); the stochastic
+    server below runs SGLang's default, first-done-first-out, so both of its modes are served."""
+    server = start_server(sglang_python, exported, EXACT, tmp_path_factory.mktemp("exact"), "exact", "--no-dllm-fdfo")
     try:
-        yield servers
+        server.wait_healthy()
+        yield server
     finally:
-        for server in servers.values():
-            server.stop()
-
-
-@pytest.fixture(scope="module")
-def exact_server(launches):
-    launches["exact"].wait_healthy()
-    return launches["exact"]
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -369,10 +352,17 @@ def test_one_at_a_time_is_the_batch(batch_outputs, prompts, exact_server):
     assert alone == batch_outputs
 
 
+STOCHASTIC = {**EXACT, "acceptance": "stochastic"}
+
+
 @pytest.fixture(scope="module")
-def stochastic_server(launches):
-    launches["stochastic"].wait_healthy()
-    return launches["stochastic"]
+def stochastic_server(sglang_python, exported, tmp_path_factory):
+    server = start_server(sglang_python, exported, STOCHASTIC, tmp_path_factory.mktemp("stochastic"), "stochastic")
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()
 
 
 def sampled(seed: int, n: int = NEW_TOKENS) -> dict:
@@ -422,8 +412,11 @@ def test_first_token_follows_ar_sampling(stochastic_server, prompts, tiny_model)
     assert statistic < chi_square_bound(dof), (statistic, dof)
 
 
-def test_bad_setting_refuses_to_start(launches):
+def test_bad_setting_refuses_to_start(sglang_python, exported, tmp_path):
     """A bad YAML setting stops the launch before any model loads, with the CLI's one-line message."""
-    server = launches["bad"]
-    assert server.exit_code(timeout=600) != 0
+    server = start_server(sglang_python, exported, {"block_size": BLOCK, "block_length": 0}, tmp_path, "bad")
+    try:
+        assert server.exit_code(timeout=600) != 0
+    finally:
+        server.stop()
     assert "block_length (Block length B) must be in [1, 1024], got 0" in server.log_text()

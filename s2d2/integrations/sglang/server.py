@@ -33,14 +33,23 @@ def ships_config_code(model: str) -> bool:
     return config.is_file() and "AutoConfig" in (json.loads(config.read_text()).get("auto_map") or {})
 
 
+KV_TOKENS = 65536
+
+
 def launch_command(
     python: str, model: str, algorithm: str, config: str | None, port: int, max_running: int
 ) -> list[str]:
     """SGLang's launch on a CPU: plain PyTorch attention, no CUDA graphs, float32, token ids in and out; the
-    checkpoint's own config class is trusted where it ships one (:func:`ships_config_code`)."""
+    checkpoint's own config class is trusted where it ships one (:func:`ships_config_code`).
+
+    On a CPU SGLang sizes its KV pool from the machine's free memory measured before and after loading the
+    weights, and refuses to start when other processes took more than the static fraction in between (two
+    launches at once did, with 0.1): a fraction of 0.3 tolerates that, and the pool is capped at
+    ``KV_TOKENS`` tokens, far more than these servers hold at once."""
     command = [python, "-m", "sglang.launch_server", "--model-path", model, "--device", "cpu",
                "--attention-backend", "torch_native", "--disable-cuda-graph", "--skip-tokenizer-init",
-               "--mem-fraction-static", "0.1", "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
+               "--mem-fraction-static", "0.3", "--max-total-tokens", str(KV_TOKENS), "--dtype", "float32",
+               "--host", "127.0.0.1", "--port", str(port),
                "--dllm-algorithm", algorithm, "--max-running-requests", str(max_running)]  # fmt: skip
     command += ["--trust-remote-code"] if ships_config_code(model) else []
     return command + (["--dllm-algorithm-config", config] if config else [])
