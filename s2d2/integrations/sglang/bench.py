@@ -142,8 +142,11 @@ def serve(python: str, exported: Path, method: Method, workdir: Path, max_runnin
 
 
 def sglang_row(server, method: Method, problems: Problems, concurrency: int) -> tuple[Row, list[list[int]]]:
-    """The method served at ``concurrency``, and its outputs."""
+    """The method served at ``concurrency``, and its outputs. Every pass starts from an empty prefix cache plus
+    one untimed warm-up request (which caches the chat template's first block, as any served system prompt),
+    so a pass does not find the prompt blocks an earlier pass over the same problems left in SGLang's cache."""
     params = [{"temperature": 0, "max_new_tokens": MAX_NEW_TOKENS}] * len(problems.prompts)
+    server.flush_cache()
     server.generate(problems.prompts[0], params[0])  # warm-up, untimed
     _, rows_before = read_counts(server.counts)
     start = time.perf_counter()

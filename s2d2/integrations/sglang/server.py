@@ -117,6 +117,14 @@ class SGLangServer:
         with ThreadPoolExecutor(concurrency) as pool:
             return list(pool.map(self.generate, prompts, params))
 
+    def flush_cache(self) -> None:
+        """Empty SGLang's prefix cache (it keeps the KV of every prompt block it has seen), so that a measured
+        pass over prompts served before starts as the first one did."""
+        request = urllib.request.Request(f"{self.url}/flush_cache", b"", method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            if response.status != 200:
+                raise RuntimeError(f"SGLang did not flush its cache: {response.read().decode()}")
+
     def stop(self) -> None:
         """End the server and every process it started."""
         if self.process.poll() is None:
