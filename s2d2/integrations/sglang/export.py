@@ -37,6 +37,7 @@ import argparse
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from ...models import BUNDLED_MODELS, ModelLoadError, adapter_for, read_config
@@ -91,7 +92,7 @@ def sglang_config(config: dict) -> dict:
 
 def llada2_sglang_config(config: dict, mask_id: int) -> dict:
     """The SGLang view of an LLaDA2 config: the engine's defaults written out, the checkpoint's mask id, the
-    routed scaling folded into the weights (:func:`folded_weights`), and the shipped config class named."""
+    routed scaling folded into the weights (:func:`fold_routed_scaling`), and the shipped config class named."""
     full = {**LLADA2_DEFAULTS, **config}
     return {
         **full,
@@ -113,26 +114,30 @@ def llada2_mask_id(directory: Path, config: dict) -> int:
     return mask_token_id(config, tokenizer, default=LLaDA2Model.default_mask_token_id)
 
 
-def untied_weights(directory: Path, out: Path) -> None:
-    """Copy the weights with the tied head written out as ``lm_head.weight`` (same values)."""
+def copy_weights(directory: Path, out: Path, edit: Callable[[dict], None]) -> None:
+    """Copy every weight shard of ``directory`` into ``out`` after ``edit`` changed its name → tensor map."""
     from safetensors.torch import load_file, save_file
 
     for shard in sorted(directory.glob("*.safetensors")):
         weights = load_file(str(shard))
-        if "model.embed_tokens.weight" in weights and "lm_head.weight" not in weights:
-            weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
+        edit(weights)
         save_file(weights, str(out / shard.name), metadata={"format": "pt"})
 
 
-def folded_weights(directory: Path, out: Path, routed_scaling_factor: float) -> None:
-    """Copy the weights with every routed expert's ``down_proj`` multiplied by ``routed_scaling_factor``."""
-    from safetensors.torch import load_file, save_file
+def untie_head(weights: dict) -> None:
+    """Write a tied head out as ``lm_head.weight`` (same values)."""
+    if "model.embed_tokens.weight" in weights and "lm_head.weight" not in weights:
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
 
-    for shard in sorted(directory.glob("*.safetensors")):
-        weights = load_file(str(shard))
+
+def fold_routed_scaling(routed_scaling_factor: float) -> Callable[[dict], None]:
+    """Multiply every routed expert's ``down_proj`` by ``routed_scaling_factor``."""
+
+    def fold(weights: dict) -> None:
         for name in [n for n in weights if ROUTED_DOWN_PROJ.search(n)]:
             weights[name] = weights[name] * routed_scaling_factor
-        save_file(weights, str(out / shard.name), metadata={"format": "pt"})
+
+    return fold
 
 
 def copy_side_files(directory: Path, out: Path) -> None:
@@ -158,10 +163,10 @@ def export(source: str, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     copy_side_files(directory, out)
     if family is SDARModel:
-        untied_weights(directory, out)
+        copy_weights(directory, out, untie_head)
         exported = sglang_config(config)
     else:
-        folded_weights(directory, out, float({**LLADA2_DEFAULTS, **config}["routed_scaling_factor"]))
+        copy_weights(directory, out, fold_routed_scaling(float({**LLADA2_DEFAULTS, **config}["routed_scaling_factor"])))
         (out / f"{CONFIG_MODULE}.py").write_text(CONFIG_SOURCE)
         exported = llada2_sglang_config(config, llada2_mask_id(directory, config))
     (out / "config.json").write_text(json.dumps(exported, indent=2) + "\n")
