@@ -17,6 +17,7 @@ except ImportError:
         return fn
 
 
+import logging
 import os
 
 import gradio as gr
@@ -119,6 +120,9 @@ def build_demo() -> gr.Blocks:
 demo = build_demo()
 
 if __name__ == "__main__":
+    # S2D2_LOG_LEVEL=DEBUG logs one line per model forward (s2d2.forwards), to watch what the server decodes.
+    logging.basicConfig(format="%(created).3f %(name)s %(message)s")
+    logging.getLogger("s2d2").setLevel(os.environ.get("S2D2_LOG_LEVEL", "WARNING"))
     demo.queue(max_size=32, default_concurrency_limit=1).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         css_paths=[ui.ASSETS / "style.css"],

@@ -188,6 +188,39 @@
     clock.timer = setInterval(tick, FORWARD_MS);
   }
 
+  /* The walk-through (components/guide.py): its panel comes in the S2D2 inspector's place, asked for as
+     "S2D2|guide|step|part|nonce"; each part names its step and positions, which get an outline here. */
+  function guide(step, part) {
+    showTrajectoryTab();
+    nonce += 1;
+    delete inspecting.S2D2;
+    sendRequest(`S2D2|guide|${step}|${part}|${nonce}`);
+  }
+
+  let outlined = "";
+  function followGuide() {
+    const panel = document.querySelector("#inspector-s2d2 .guide[data-step]");
+    const div = trajectories().find((d) => meta(d).run === "S2D2");
+    const key = panel ? `${panel.dataset.step}|${panel.dataset.part}|${panel.dataset.positions}` : "";
+    if (!div || !window.Plotly || key === outlined) return;
+    const first = !outlined;
+    outlined = key;
+    const shapes = div.layout.shapes || [];
+    if (div._s2d2Guide === undefined || div._s2d2Guide >= shapes.length) div._s2d2Guide = shapes.length;
+    const positions = panel && panel.dataset.positions ? panel.dataset.positions.split(",").map(Number) : [];
+    const step = panel ? Number(panel.dataset.step) : 0;
+    const box = positions.length
+      ? { type: "rect", xref: "x2", yref: "y2", x0: Math.min(...positions) - 0.5, x1: Math.max(...positions) + 0.5,
+          y0: step - 0.5, y1: step + 0.5, line: { color: "#111827", width: 3 }, fillcolor: "rgba(250,204,21,0.25)", visible: true }
+      : { type: "rect", xref: "x2", yref: "y2", x0: 0, x1: 0, y0: 0, y1: 0, visible: false };
+    window.Plotly.relayout(div, { [`shapes[${div._s2d2Guide}]`]: box });
+    if (panel) {
+      const index = meta(div).steps.indexOf(step);
+      if (index >= 0 && index !== div._s2d2Index) go(div, index);
+      if (first) panel.scrollIntoView({ block: "nearest" });
+    }
+  }
+
   document.addEventListener("keydown", (event) => {
     const run = lastInspected;
     if (!run || !inspecting[run] || event.altKey || event.ctrlKey || event.metaKey) return;
@@ -200,6 +233,11 @@
   });
 
   document.addEventListener("click", (event) => {
+    const walk = event.target.closest(".guide-start, .guide-go");
+    if (walk) {
+      guide(walk.dataset.step || "auto", walk.dataset.part || "0");
+      return;
+    }
     const close = event.target.closest(".insp-close");
     if (close) {
       closeInspector(close.closest(".inspector").dataset.run);
@@ -222,5 +260,5 @@
       if (clock) { stopClock(); clearReveal(); } else playAll();
     }
   });
-  setInterval(attach, 300);
+  setInterval(() => { attach(); followGuide(); }, 300);
 }

@@ -150,4 +150,9 @@ def inspector_html(trace: Trace | None, run: str, index: int, position: int) -> 
             )
             parts.append(_bars(trace, title, r.residual_top, marks, "#dc2626" if r.outcome == RESAMPLED else "#ea580c"))
     parts.append(_numbers(d))
+    if trace.method == "s2d2" and d.step.accepted is not None:
+        parts.append(
+            f'<button type="button" class="guide-go" data-step="{index}" data-part="0">'
+            f"🎓 Walk me through step {index}, part by part</button>"
+        )
     return f'<div class="inspector" {attrs}>{"".join(parts)}</div>'

@@ -91,9 +91,14 @@ def player_html(trace: Trace | None, run: str) -> str:
     if trace is None or not trace.steps:
         return ""
     sentence = html.escape(narrate(trace)[-1])
+    walk = (
+        '<button type="button" class="guide-start" data-step="auto">🎓 Walk me through a verification</button>'
+        if trace.method == "s2d2" and trace.summary.verifications
+        else ""
+    )
     return (
         f'<div class="player" data-run="{run}" data-plot="{PLOT_IDS[run]}">'
-        f'<button type="button" class="play-button" aria-label="Play the {run} trajectory">▶ Play</button>'
+        f'<button type="button" class="play-button" aria-label="Play the {run} trajectory">▶ Play</button>{walk}'
         f'<p class="narration" aria-live="polite">{sentence}</p></div>'
     )
 

@@ -26,6 +26,7 @@ from s2d2.settings import Setting
 from s2d2.trace import Trace
 
 from .bundle import bundle_json, load_bundle_file
+from .guide import guide_html
 from .inspector import inspector_hint, inspector_html
 from .player import PLOT_IDS
 from .runner import (
@@ -310,12 +311,16 @@ def render_stream(shown: dict[str, Trace], changed: str) -> list:
 
 def inspect(asked: str, request: gr.Request = None) -> list:
     """The inspector panels for a request from the page: ``run|step|position|nonce`` opens one,
-    ``run|close|nonce`` closes it; the other panel stays as it is."""
+    ``run|close|nonce`` closes it, ``run|guide|step|part|nonce`` shows the walk-through of a step
+    (``step`` may be ``auto``); the other panel stays as it is."""
     run, *rest = (asked or "").split("|")
     updates = {name: gr.update() for name in PLOT_IDS}
     if run not in PLOT_IDS:
         return list(updates.values())
     trace = _SHOWN.get(session_key(request), {}).get(run)
+    if rest[:1] == ["guide"] and len(rest) >= 3:
+        updates[run] = guide_html(trace, run, rest[1], rest[2])
+        return list(updates.values())
     try:
         step, position = int(rest[0]), int(rest[1])
     except (IndexError, ValueError):
@@ -349,8 +354,12 @@ def _drop_cancel_event(request: gr.Request | None, event: threading.Event) -> No
         del _CANCELS[key]
 
 
-def run_comparison(model_id: str, prompt: str, preset: str, *values, request: gr.Request = None) -> Iterator[list]:
+def run_comparison(request: gr.Request, model_id: str, prompt: str, preset: str, *values) -> Iterator[list]:
     """Decode with AR, the baseline and S2D2, streaming each run's text and trajectory as blocks commit.
+
+    ``request`` comes first because Gradio fills a ``gr.Request`` only into a
+    positional parameter: after ``*values`` it would always be ``None``, and
+    every page's run would be remembered (and cancelled) under one key.
 
     ``values`` are the panel's settings in :func:`panel_order`; a picked preset
     (anything but ``custom``) overrides the ones it sets (:func:`~components.runner.resolve`
@@ -365,6 +374,8 @@ def run_comparison(model_id: str, prompt: str, preset: str, *values, request: gr
     try:
         yield from _run_comparison(model_id, prompt, preset, given, request, cancel)
     finally:
+        # Gradio's ``cancels=`` only drops this generator: the decode thread behind it stops on the event.
+        cancel.set()
         _drop_cancel_event(request, cancel)
 
 

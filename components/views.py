@@ -19,6 +19,8 @@ from .figures import (
     router_figure,
     trajectory_figure,
 )
+from .grading import grade, grade_badge
+from .guide import step_to_walk
 from .inspector import inspector_hint
 from .player import PLOT_IDS, player_all_html, player_html
 from .runner import TIMING_NOTE
@@ -26,12 +28,45 @@ from .tables import stats_table
 from .tokens import legend_html, tokens_html
 
 
-def _times(a: float, b: float) -> str:
-    return f"{a / b:.1f}×" if b else "—"
+def ratio_words(ours: float, theirs: float, more: str, fewer: str, same: str) -> str:
+    """``ours`` against ``theirs`` worded by its direction: "1.4× more …" or "2.0× fewer …", never "0.7× fewer"."""
+    if not ours or not theirs:
+        return "—"
+    if abs(ours / theirs - 1) < 0.05:
+        return same
+    return f"{ours / theirs:.1f}× {more}" if ours > theirs else f"{theirs / ours:.1f}× {fewer}"
+
+
+def _per_token(trace: Trace) -> float:
+    """Forwards per generated token: what a decoder pays for each token it writes."""
+    return trace.summary.nfe / max(trace.summary.generated_tokens, 1)
+
+
+def _speed(trace: Trace) -> float:
+    return trace.summary.generated_tokens / trace.summary.wall_seconds if trace.summary.wall_seconds else 0.0
+
+
+def _grades_sentence(runs: dict[str, Trace]) -> tuple[str, bool | None]:
+    """Which runs answered right, in words, and whether S2D2 did (``None``: the prompt is not graded)."""
+    grades = {name: grade(trace) for name, trace in runs.items()}
+    if grades.get("S2D2") is None:
+        return "", None
+    right = [name for name, g in grades.items() if g is not None and g.correct]
+    wrong = [name for name, g in grades.items() if g is not None and not g.correct]
+    expected = html.escape(grades["S2D2"].expected)
+    if not wrong:
+        return f" ✓ Every run's answer is right ({expected}).", True
+    said = f" ✗ Wrong answer from {' and '.join(wrong)}"
+    said += f"; right from {' and '.join(right)}" if right else " (AR is wrong here too)" if "AR" in wrong else ""
+    return said + f": {expected}.", grades["S2D2"].correct
 
 
 def headline_html(runs: dict[str, Trace]) -> str:
-    """One paragraph that says what S2D2 did to this prompt and what it saved."""
+    """One paragraph that says what S2D2 did to this prompt, what it cost against AR, and whether it is right.
+
+    Its colour follows S2D2's answer (green only when right or ungraded): "identical to AR" is a fact
+    about exactness, never praise for a wrong answer.
+    """
     s2d2, ar, base = runs.get("S2D2"), runs.get("AR"), runs.get("Baseline")
     if s2d2 is None:
         return ""
@@ -40,12 +75,19 @@ def headline_html(runs: dict[str, Trace]) -> str:
         f"<b>S2D2</b> wrote {s.generated_tokens} tokens in <b>{s.nfe} forwards</b> ({s.tpf:.2f} tokens per forward)"
     ]
     if ar:
-        parts.append(
-            f"<b>{_times(s.tpf, ar.summary.tpf)}</b> fewer forwards per token than AR "
-            f"and {_times(s.generated_tokens / s.wall_seconds, ar.summary.generated_tokens / ar.summary.wall_seconds)} its speed in wall time"
-        )
+        forwards = ratio_words(
+            _per_token(s2d2), _per_token(ar), "more forwards per token than AR", "fewer forwards per token than AR",
+            "as many forwards per token as AR",
+        )  # fmt: skip
+        speed = ratio_words(_speed(s2d2), _speed(ar), "faster", "slower", "as fast")
+        parts.append(f"<b>{forwards}</b>, {speed} in wall time")
     if base:
-        parts.append(f"{_times(s.tpf, base.summary.tpf)} the baseline's tokens per forward")
+        parts.append(
+            ratio_words(
+                _per_token(s2d2), _per_token(base), "more forwards per token than the baseline",
+                "fewer forwards per token than the baseline", "as many forwards per token as the baseline",
+            )
+        )  # fmt: skip
     sentence = "; ".join(parts) + "."
     if s.verifications:
         rate = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "—"
@@ -57,13 +99,22 @@ def headline_html(runs: dict[str, Trace]) -> str:
     agree = [name for name in ("AR", "Baseline") if name in runs and runs[name].output_ids == s2d2.output_ids]
     if agree:
         sentence += f" Its output is identical to {' and '.join(agree)}."
-    return f'<div class="headline">{sentence}</div>'
+    graded, s2d2_right = _grades_sentence(runs)
+    verdict = {True: "right", False: "wrong", None: "ungraded"}[s2d2_right]
+    walk = step_to_walk(s2d2)
+    button = (
+        ""
+        if walk is None
+        else f'<button type="button" class="guide-start" data-step="{walk}">🎓 Walk me through step {walk}\'s '
+        "verification, with its numbers</button>"
+    )
+    return f'<div class="headline headline-{verdict}">{sentence}{graded}{button}</div>'
 
 
 def run_caption(trace: Trace) -> str:
     s = trace.summary
     return (
-        f'<div class="run-caption">{s.generated_tokens} tokens · {s.nfe} forwards · '
+        f'<div class="run-caption">{grade_badge(grade(trace))} {s.generated_tokens} tokens · {s.nfe} forwards · '
         f"{s.tpf:.2f} tok/fwd · {s.wall_seconds:.2f}s</div>"
     )
 

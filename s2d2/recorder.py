@@ -11,6 +11,7 @@ from seeing a step half-appended or a forward's lookahead mark half-changed.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -18,6 +19,10 @@ import time
 from . import trace as tr
 from .blocks import BlockState, Draft, StepDecision, Verification
 from .decisions import top_pairs
+
+# One DEBUG line per forward, for watching a server decode (the dashboard's ``S2D2_LOG_LEVEL=DEBUG``): it is
+# how a test sees that Cancel really stopped the model, not just the page's stream.
+FORWARD_LOG = logging.getLogger("s2d2.forwards")
 
 
 class Recorder:
@@ -40,6 +45,8 @@ class Recorder:
             index = len(self.forwards)
             self.forwards.append(tr.ForwardRecord(index, kind, tokens, seconds, *self._where))
         self.step_forwards.append(index)
+        if FORWARD_LOG.isEnabledFor(logging.DEBUG):
+            FORWARD_LOG.debug("forward %d %s %d tokens %.4fs", index, kind, tokens, seconds)
 
     def step(self, record: tr.StepRecord) -> None:
         with self._lock:

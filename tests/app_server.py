@@ -54,6 +54,7 @@ class AppServer:
             "GRADIO_ANALYTICS_ENABLED": "False",
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
+            "S2D2_LOG_LEVEL": "DEBUG",  # a line per forward: forward_starts() reads them
         }
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
@@ -79,6 +80,15 @@ class AppServer:
             except OSError:
                 time.sleep(0.5)
         raise TimeoutError(f"app.py did not answer on {self.url} within {timeout}s")
+
+    def forward_starts(self) -> list[float]:
+        """When each model forward the app has run so far began (``time.time()``), from its log lines."""
+        starts = []
+        for line in Path(self.log.name).read_text(errors="replace").splitlines():
+            created, _, rest = line.partition(" s2d2.forwards forward ")
+            if rest:
+                starts.append(float(created) - float(rest.rsplit(" ", 1)[1].rstrip("s")))
+        return starts
 
     def stop(self) -> None:
         self._hold.release()

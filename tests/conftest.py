@@ -116,13 +116,19 @@ def agreeing_model(tiny_path):
 
 
 @pytest.fixture(scope="session")
-def app_url(tmp_path_factory):
-    """The dashboard running as ``python app.py`` (bundled model), shared by API and browser tests."""
+def app_server(tmp_path_factory):
+    """The dashboard running as ``python app.py`` (bundled model), shared by API and browser tests; its log
+    has a line per model forward (``S2D2_LOG_LEVEL=DEBUG``), so a test can see when decoding stops."""
     from app_server import AppServer
 
     server = AppServer(tmp_path_factory.mktemp("app") / "app.log")
     try:
         server.wait_ready()
-        yield server.url
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def app_url(app_server):
+    return app_server.url

@@ -109,13 +109,13 @@ def test_panel_controls_presets_and_handlers_share_one_order():
 def test_a_picked_preset_decides_the_run_even_before_the_panel_shows_it():
     """Clicking Run straight after an example sends the panel's old values with the new preset."""
     stale = page_values(max_new_tokens=8)
-    *_, export = final(ui.run_comparison("bundled", PROMPTS[0], "sdar-a", *stale))
+    *_, export = final(ui.run_comparison(None, "bundled", PROMPTS[0], "sdar-a", *stale))
     traces = load_bundle_file(export["value"])
     s2d2 = traces["S2D2"].config
     assert (s2d2["block_length"], s2d2["threshold"]) == (4, 0.85), "the preset's values, not the panel's"
     assert (defaults()["block_length"], defaults()["threshold"]) != (4, 0.85)
     assert all(t.config["max_new_tokens"] == 8 for t in traces.values()), "settings the preset leaves are kept"
-    *_, export = final(ui.run_comparison("bundled", PROMPTS[0], "custom", *stale))
+    *_, export = final(ui.run_comparison(None, "bundled", PROMPTS[0], "custom", *stale))
     assert load_bundle_file(export["value"])["S2D2"].config["block_length"] == defaults()["block_length"]
 
 
@@ -125,7 +125,7 @@ def final(generator) -> list:
 
 
 def test_page_streams_then_shows_every_result():
-    updates = list(ui.run_comparison("bundled", PROMPTS[2], "custom", *page_values()))
+    updates = list(ui.run_comparison(None, "bundled", PROMPTS[2], "custom", *page_values()))
     streamed, last = updates[:-1], updates[-1]
     assert streamed and all("Decoding" in u[0] or "timing them" in u[0] for u in streamed)
     assert {name for u in streamed for name in RUN_NAMES if f"Decoding {name}" in u[0]} == set(RUN_NAMES)
@@ -144,12 +144,12 @@ def test_page_streams_then_shows_every_result():
     ],
 )
 def test_bad_page_input_gives_the_same_message(prompt, changes, message):
-    status, *_ = final(ui.run_comparison("bundled", prompt, "custom", *page_values(**changes)))
+    status, *_ = final(ui.run_comparison(None, "bundled", prompt, "custom", *page_values(**changes)))
     assert "status-error" in status and message in status
 
 
 def test_unknown_model_gives_a_clear_message():
-    status, *_ = final(ui.run_comparison("nobody/nothing-here", PROMPTS[0], "custom", *page_values()))
+    status, *_ = final(ui.run_comparison(None, "nobody/nothing-here", PROMPTS[0], "custom", *page_values()))
     assert "status-error" in status and "unknown model" in status
 
 
@@ -157,7 +157,7 @@ def test_cancel_stops_a_running_decode():
     class Request:
         session_hash = "cancel-test"
 
-    stream = ui.run_comparison("bundled", PROMPTS[1], "custom", *page_values(), request=Request())
+    stream = ui.run_comparison(Request(), "bundled", PROMPTS[1], "custom", *page_values())
     first = next(stream)
     assert "Decoding" in first[0]
     assert "cancel-test" in ui._CANCELS
@@ -165,7 +165,7 @@ def test_cancel_stops_a_running_decode():
     last = final(stream)
     assert "Cancelled" in last[0]
     assert "cancel-test" not in ui._CANCELS, "a finished run's cancel event is dropped"
-    final(ui.run_comparison("bundled", "   ", "custom", *page_values(), request=Request()))
+    final(ui.run_comparison(Request(), "bundled", "   ", "custom", *page_values()))
     assert "cancel-test" not in ui._CANCELS, "so is a run refused for bad input"
 
 
@@ -233,6 +233,11 @@ def test_every_example_shows_what_it_says(example):
         assert base.summary.edits >= 1 and _edit_overrides_a_resample(s2d2)
     elif example["shows"] == "all-accepted":
         assert s.verifications >= 1 and s.rejections == 0 and s2d2.output_ids == ar.output_ids
+    elif example["shows"] == "sampling-test":
+        assert s2d2.config["verify"]["acceptance"] == "stochastic" and base.output_ids != ar.output_ids
+        tested = [p for step in s2d2.steps for p in step.positions if p.outcome == RESAMPLED]
+        assert tested and all(p.u >= p.accept_probability for p in tested), "a draw u above min(1, q/p) rejected"
+        assert tested[0].committed != tested[0].token and s2d2.output_ids == ar.output_ids
     else:
         assert example["shows"] == "router-skips" and s.verifications_skipped >= 1
 

@@ -42,6 +42,8 @@ ROOT = ENGINE.parent
 OUTSIDE_THE_ENGINE = ("s2d2.training", "s2d2.study", "s2d2.integrations")
 COMMAND_ALIASES = {"s2d2.lm_eval"}  # `python -m s2d2.lm_eval`, kept at its short name: a command, not the engine
 DASHBOARD_READER = "s2d2.study.results"  # the one study module the dashboard may read finished grids through
+# The task families: the dashboard grades a run's answer with their own scorers (components/grading.py).
+TASK_FAMILIES = "s2d2.study.tasks"
 
 
 def module_name(path: Path) -> str:
@@ -133,13 +135,21 @@ def test_the_dashboard_reads_studies_through_the_results_reader_alone():
         for name, targets in import_graph().items()
         if not is_within(name, ("s2d2",))
         for target in targets
-        if is_within(target, OUTSIDE_THE_ENGINE) and target != DASHBOARD_READER
+        if is_within(target, OUTSIDE_THE_ENGINE) and target != DASHBOARD_READER and not is_within(target, [TASK_FAMILIES])
     }
     assert not offenders, sorted(offenders)
 
 
 def test_the_results_reader_imports_nothing_of_the_project():
     assert import_graph()[DASHBOARD_READER] == set()
+
+
+def test_the_task_families_import_nothing_of_the_project_but_themselves():
+    """So grading a run on the page pulls in no model, evaluation loop or grid runner."""
+    graph = import_graph()
+    outside = {f"{name} imports {target}" for name, targets in graph.items() if is_within(name, [TASK_FAMILIES])
+               for target in targets if not is_within(target, [TASK_FAMILIES])}  # fmt: skip
+    assert not outside, sorted(outside)
 
 
 def test_the_graph_check_sees_relative_lazy_and_circular_imports(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -410,3 +411,97 @@ def test_editing_a_setting_by_hand_sets_the_preset_back_to_custom(page):
     expect(page.locator("#preset input")).to_have_value("custom (keep the settings below)", timeout=5_000)
     expect(threshold).to_have_value("0.61")
     settings.click()
+
+
+# -- the visitor's own runs: sessions and Cancel ------------------------------------------------------------
+
+
+def new_page(browser, app_url, width: int = 1440, height: int = 900):
+    """A page in a browser context of its own (its own app session), opened on the saved comparison."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.goto(app_url, wait_until="networkidle")
+    expect(page.locator("#status")).to_contain_text("saved run", timeout=30_000)
+    return page
+
+
+def run_own_prompt(page, prompt: str) -> None:
+    """Type a prompt, press Run, and wait for the finished results (the status clears)."""
+    from playwright.sync_api import expect
+
+    page.locator("#prompt textarea").fill(prompt)
+    page.click("#run")
+    expect(page.locator("#status .status-info")).to_have_count(1, timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=120_000)
+
+
+def inspected_first_token(page) -> tuple[str, str]:
+    """Click S2D2's first token; return (the token as the text shows it, what the inspector says committed)."""
+    from playwright.sync_api import expect
+
+    token = page.locator("#text-s2d2 .tok").first
+    shown = token.inner_text().strip()
+    token.click()
+    panel = page.locator(f'#inspector-s2d2 .inspector[data-position="{token.get_attribute("data-pos")}"]')
+    expect(panel).to_be_visible(timeout=10_000)
+    return shown, panel.locator(".insp-outcome").inner_text()
+
+
+def test_each_page_inspects_its_own_live_runs(browser, app_url):
+    """Five live runs of new prompts in two browser contexts at once: every inspector answer comes from its
+    own page's latest run (the first token of an arith answer is its prompt's first number)."""
+    from s2d2.study.tasks import get_family
+
+    shown_examples = {e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())}
+    problems = [p for p in get_family("arith").problems("heldout", 40, seed=5) if p.prompt not in shown_examples]
+    # Five prompts whose answers start with different digits, so no run's first token passes for another's.
+    starts = sorted({p.reference[0]: (p.reference.split()[0], p) for p in problems}.values())[:5]
+    pages = [new_page(browser, app_url), new_page(browser, app_url)]
+    latest: dict[int, str] = {}
+    try:
+        for i, (first_number, problem) in enumerate(starts):
+            page = pages[i % 2]
+            run_own_prompt(page, problem.prompt)
+            latest[i % 2] = first_number
+            for index, other in enumerate(pages):  # both pages, the one that did not just run too
+                if index in latest:
+                    shown, said = inspected_first_token(other)
+                    assert latest[index].startswith(shown), (shown, latest[index])
+                    assert f"‘{shown}’ committed" in said, (said, shown)
+        pages[0].screenshot(path=str(SHOTS / "14-own-run-inspected.png"), full_page=False)
+    finally:
+        for page in pages:
+            page.context.close()
+
+
+def test_cancel_stops_the_decode_on_the_server(browser, app_server):
+    """A long LLaDA2 chains run: after Cancel no forward starts later than a second after the click."""
+    from playwright.sync_api import expect
+
+    from components.ui import examples
+    from s2d2.study.tasks import get_family
+
+    page = new_page(browser, app_server.url)
+    try:
+        llada2 = next(e for e in examples() if e["model"] == "bundled-llada2")
+        page.get_by_text(llada2["prompt"][:40]).first.click()
+        expect(page.locator("#prompt textarea")).to_have_value(llada2["prompt"], timeout=15_000)
+        chains = get_family("chains").problems("heldout", 1, seed=3)[0]
+        page.locator("#prompt textarea").fill(chains.prompt)
+        before = len(app_server.forward_starts())
+        page.click("#run")
+        expect(page.locator("#status")).to_contain_text("Decoding", timeout=60_000)
+        page.wait_for_timeout(1_500)
+        clicked = time.time()
+        page.click("#cancel")
+        expect(page.locator("#status")).to_contain_text("Cancelled", timeout=5_000)
+        page.wait_for_timeout(3_000)
+        starts = app_server.forward_starts()[before:]
+        assert any(t < clicked for t in starts), "the run was decoding when Cancel was clicked"
+        late = [round(t - clicked, 2) for t in starts if t > clicked + 1.0]
+        assert late == [], f"forwards started after Cancel (seconds after the click): {late}"
+        page.screenshot(path=str(SHOTS / "15-cancelled.png"))
+    finally:
+        page.context.close()

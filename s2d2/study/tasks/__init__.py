@@ -14,7 +14,7 @@ from .chains import Chains
 from .family import Problem, TaskFamily, split_of
 from .team import TeamPicks
 
-__all__ = ["Problem", "TaskFamily", "families", "get_family", "split_of"]
+__all__ = ["Problem", "TaskFamily", "families", "get_family", "recognise", "split_of"]
 
 
 def families() -> dict[str, TaskFamily]:
@@ -26,3 +26,8 @@ def get_family(name: str) -> TaskFamily:
     if name not in table:
         raise ValueError(f"unknown task family {name!r}; choose one of {', '.join(table)}")
     return table[name]
+
+
+def recognise(prompt: str) -> Problem | None:
+    """The task problem a prompt asks, by whichever family reads it (at most one does), else ``None``."""
+    return next((p for family in families().values() if (p := family.recognise(prompt)) is not None), None)

@@ -38,6 +38,52 @@ def final_answer(text: str) -> int | None:
     return int(found[-1]) if found else None
 
 
+def _template_pattern(template: str) -> str:
+    """A step template as a regex: the pronoun, the other person, the object pronoun and the count captured."""
+    pattern = re.escape(template)
+    for field, group in (("P", r"(?P<P>She|He)"), ("O", r"(?P<O>[A-Z][a-z]+)"), ("o", r"(?:her|him)"), ("n", r"(?P<n>\d+)")):
+        pattern = pattern.replace(re.escape("{" + field + "}"), group)
+    return pattern
+
+
+STEP_PATTERNS = [(re.compile(_template_pattern(t)), "+") for t in GAINS] + [
+    (re.compile(_template_pattern(t)), "-") for t in LOSSES
+]
+OPENING = re.compile(r"(?P<name>[A-Z][a-z]+) has (?P<start>\d+) (?P<item>[a-z]+)\.")
+
+
+def read_steps(prompt: str, question: str) -> tuple[str, str, int, list[tuple[str, int]]] | None:
+    """``(name, item, start, [(sign, n), ...])`` of a prompt written as :func:`draw_steps` words problems,
+    ending with ``question`` (formatted with the item and name); ``None`` for any other text.
+
+    It lets the dashboard grade a typed prompt: a prompt in the families' own words has one correct answer.
+    """
+    sentences = re.findall(r"[^.?!]+[.?!]", prompt.strip())
+    if len(sentences) < 2 or (opening := OPENING.fullmatch(sentences[0].strip())) is None:
+        return None
+    name, item = opening["name"], opening["item"]
+    if sentences[-1].strip() != question.format(item=item, name=name):
+        return None
+    steps = []
+    for sentence in sentences[1:-1]:
+        found = next(((m, sign) for pattern, sign in STEP_PATTERNS if (m := pattern.fullmatch(sentence.strip()))), None)
+        if found is None:
+            return None
+        match, sign = found
+        steps.append((sign, int(match["n"])))
+    return name, item, int(opening["start"]), steps
+
+
+def work_steps(start: int, steps: list[tuple[str, int]]) -> list[tuple[int, str, int, int]]:
+    """Each step's ``(before, sign, n, after)`` from the start."""
+    equations, total = [], start
+    for sign, n in steps:
+        after = total + n if sign == "+" else total - n
+        equations.append((total, sign, n, after))
+        total = after
+    return equations
+
+
 def draw_steps(rng: random.Random, count: int, total: int, pronoun: str, other: str):
     """``count`` random gains and losses applied to ``total``, keeping every count in 0..MAX_TOTAL.
 
@@ -80,3 +126,15 @@ class WordProblems(TaskFamily):
 
     def score(self, problem: Problem, output: str) -> bool:
         return final_answer(output) == problem.meta["answer"]
+
+    def recognise(self, prompt: str) -> Problem | None:
+        """The problem a prompt in this family's words asks, its reference worked out; else ``None``."""
+        read = read_steps(prompt, "How many {item} does {name} have now?")
+        if read is None or not 1 <= len(read[3]) <= 3:
+            return None
+        name, item, start, steps = read
+        equations = work_steps(start, steps)
+        total = equations[-1][3]
+        reference = " ".join([f"{a} {sign} {n} = {b}." for a, sign, n, b in equations] + [f"The answer is {total}."])
+        key = "arith:" + " ".join([str(start), *(f"{sign}{n}" for sign, n in steps)])
+        return Problem(self.name, prompt.strip(), reference, key, {"answer": total})

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 
-from .arithmetic import ITEMS, MAX_OPERAND, NAMES, draw_steps, final_answer
+from .arithmetic import ITEMS, MAX_OPERAND, NAMES, draw_steps, final_answer, read_steps, work_steps
 from .family import Problem, TaskFamily
 
 MIN_STEPS, MAX_STEPS = 6, 8
@@ -51,3 +51,19 @@ class Chains(TaskFamily):
 
     def score(self, problem: Problem, output: str) -> bool:
         return final_answer(output) == problem.meta["answer"]
+
+    def recognise(self, prompt: str) -> Problem | None:
+        """The problem a prompt in this family's words asks, its reference worked out; else ``None``.
+
+        Any number of steps is read (a learner may type a shorter chain); the answer is still exact.
+        """
+        read = read_steps(prompt, "How many {item} does {name} have at the end?")
+        if read is None or not read[3]:
+            return None
+        name, item, start, steps = read
+        equations = work_steps(start, steps)
+        total = equations[-1][3]
+        lines = [f"Step {k}: {a} {sign} {n} = {b}." for k, (a, sign, n, b) in enumerate(equations, 1)]
+        meta = {"answer": total, "name": name, "item": item, "steps": len(steps)}
+        key = "chains:" + " ".join([str(start), *(f"{sign}{n}" for sign, n in steps)])
+        return Problem(self.name, prompt.strip(), " ".join(lines + [f"The answer is {total}."]), key, meta)

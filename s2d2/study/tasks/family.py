@@ -43,6 +43,11 @@ class TaskFamily(ABC):
     def score(self, problem: Problem, output: str) -> bool:
         """Whether ``output`` solves ``problem`` exactly."""
 
+    @abstractmethod
+    def recognise(self, prompt: str) -> Problem | None:
+        """The problem ``prompt`` asks when it is written in this family's words, else ``None``: how a typed
+        prompt is graded (the dashboard's ✓/✗) by the family's own scorer."""
+
     def problems(self, split: str, n: int, seed: int) -> list[Problem]:
         """``n`` distinct problems of ``split``, the same ones for the same seed."""
         if split not in SPLITS:

@@ -18,6 +18,10 @@ from .family import Problem, TaskFamily
 
 NUMBER_WORDS = {2: "two", 3: "three"}
 ANSWER = re.compile(r"The team is (.+?)\. Go (\w+)!")
+PROMPT = re.compile(
+    r"Pick (?P<count>two|three) different players from (?P<names>[A-Z][a-z]+(?:(?:, | and )[A-Z][a-z]+)+)\. "
+    r"Then cheer for the first one\."
+)
 
 
 def join_names(names: list[str]) -> str:
@@ -48,6 +52,20 @@ class TeamPicks(TaskFamily):
         reference = f"The team is {join_names(chosen)}. Go {chosen[0]}!"
         key = f"team:{picks}:" + ",".join(candidates)
         return Problem(self.name, prompt, reference, key, {"candidates": candidates, "picks": picks})
+
+    def recognise(self, prompt: str) -> Problem | None:
+        """The problem a prompt in this family's words asks (its reference: the first names listed); else ``None``."""
+        match = PROMPT.fullmatch(prompt.strip())
+        if match is None:
+            return None
+        picks = {word: n for n, word in NUMBER_WORDS.items()}[match["count"]]
+        candidates = [c.strip() for c in re.split(r", | and ", match["names"])]
+        if len(candidates) < picks or len(set(candidates)) != len(candidates):
+            return None
+        chosen = candidates[:picks]
+        reference = f"The team is {join_names(chosen)}. Go {chosen[0]}!"
+        key = f"team:{picks}:" + ",".join(candidates)
+        return Problem(self.name, prompt.strip(), reference, key, {"candidates": candidates, "picks": picks})
 
     def score(self, problem: Problem, output: str) -> bool:
         parsed = parse_team(output)
