@@ -32,6 +32,7 @@ TITLE = """
 One model, two roles: it **drafts** a block of tokens in parallel (diffusion) and **verifies** the drafts
 left to right at block size 1 (autoregressive), accepting or correcting them. Run a prompt to compare
 AR decoding, a diffusion baseline and S2D2 — what each committed, where the verifier stepped in, and what it cost.
+New to it? <a href="#" class="open-how">How S2D2 works, in one picture</a>, then press the walk-through under any run.
 """
 
 
@@ -59,12 +60,14 @@ def build_demo() -> gr.Blocks:
                         upload = gr.UploadButton("Replay saved traces", file_types=[".json"], elem_id="replay")
                 with gr.Accordion("Settings", open=False, elem_id="settings"):
                     preset, settings = ui.settings_panel()
-                gr.Examples(
+                picked = gr.Examples(
                     [[e["prompt"], e["model"], e["preset"], e["lesson"]] for e in ui.examples()],
                     inputs=[prompt, model, preset, lesson],
-                    label="Examples (held-out problems the bundled models never saw; each sets its model and preset)",
+                    label="Examples: held-out problems the bundled models never saw; each sets its model and preset",
                     cache_examples=False,
                     examples_per_page=len(ui.examples()),
+                    example_labels=ui.example_labels(),
+                    elem_id="examples",
                 )
                 status = gr.HTML(elem_id="status")
                 results = ui.results_area()
@@ -98,6 +101,7 @@ def build_demo() -> gr.Blocks:
         for control in settings.components():  # a hand edit leaves the preset; in the page, no round trip
             control.input(None, None, preset, js="() => 'custom'", **page)
         prompt.change(ui.lesson_for, prompt, lesson, **page)
+        picked.dataset.click(ui.example_picked, None, status, queue=False, **page)
         outputs = [status, *results.components(), export]
         inputs = [model, prompt, preset, *settings.components()]
         run_event = run.click(on_gpu(ui.run_comparison), inputs, outputs, concurrency_limit=1, **page)

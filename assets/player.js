@@ -232,7 +232,32 @@
     inspect(run, inspecting[run].step + move[0], inspecting[run].position + move[1]);
   });
 
+  /* After Run, bring the results into view: the headline at the top of the window (on a phone too), so a
+     visitor does not have to scroll past the examples to see what happened. */
+  let ranAt = 0;
+  let headlineBefore = "";
+  function revealResults() {
+    const headline = document.querySelector("#headline .headline");
+    if (!ranAt) return;
+    if (performance.now() - ranAt > 120000) { ranAt = 0; return; }
+    if (!headline || headline.innerHTML === headlineBefore) return;  // no news yet (or an error in the status)
+    ranAt = 0;
+    headline.scrollIntoView({ block: "start", behavior: "smooth" });
+  }
+
   document.addEventListener("click", (event) => {
+    if (event.target.closest("#run")) {
+      ranAt = performance.now();
+      const headline = document.querySelector("#headline .headline");
+      headlineBefore = headline ? headline.innerHTML : "";
+    }
+    const how = event.target.closest(".open-how");
+    if (how) {
+      event.preventDefault();
+      const tab = [...document.querySelectorAll('button[role="tab"]')].find((b) => b.textContent.trim() === "How it works");
+      if (tab) { tab.click(); window.scrollTo({ top: 0 }); }
+      return;
+    }
     const walk = event.target.closest(".guide-start, .guide-go");
     if (walk) {
       guide(walk.dataset.step || "auto", walk.dataset.part || "0");
@@ -260,5 +285,5 @@
       if (clock) { stopClock(); clearReveal(); } else playAll();
     }
   });
-  setInterval(() => { attach(); followGuide(); }, 300);
+  setInterval(() => { attach(); followGuide(); revealResults(); }, 300);
 }

@@ -103,8 +103,13 @@ def trajectory_grid(trace: Trace) -> tuple[list[list[float | None]], list[list[s
                 committed[p.position] = p.outcome
         z.append(row)
         hover.append(text)
-        labels.append(f"b{step.block}·s{step.step}")
+        labels.append(step_label(len(labels), step))
     return z, hover, labels
+
+
+def step_label(index: int, step) -> str:
+    """A step as every view numbers it: its index in the run from 0, with the block it worked on."""
+    return f"{index} (b{step.block})"
 
 
 def _sequence_at(trace: Trace, upto: int) -> tuple[list[float | None], list[str]]:
@@ -154,6 +159,9 @@ def _edit_marks(trace: Trace, upto: int) -> dict:
     return dict(x=x, y=y, text=text)
 
 
+READABLE_CELLS = 40  # positions the token band labels; a 100-token run's cells are ~6 px wide
+
+
 def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
     """The decoding replayed: which position was drafted and committed at each step.
 
@@ -181,12 +189,15 @@ def trajectory_figure(trace: Trace, title: str, run: str = "") -> go.Figure:
         row_heights=[70 / (70 + grid_height), grid_height / (70 + grid_height)],
     )
     strip_z, strip_text = _sequence_at(trace, steps - 1)
+    # A cell narrower than a short word cannot hold its token: past READABLE_CELLS positions the band is
+    # colour only, and each token is in its hover (and in the run's text above the figure).
+    band_text = "%{text}" if n <= READABLE_CELLS else ""
     common = dict(colorscale=scale, zmin=-0.5, zmax=zmax + 0.5, showscale=False, xgap=1, ygap=1)
     fig.add_trace(
         go.Heatmap(
             z=[strip_z],
             text=[strip_text],
-            texttemplate="%{text}",
+            texttemplate=band_text,
             textfont=dict(size=10),
             hovertemplate="%{text}<extra></extra>",
             name="sequence",
@@ -347,7 +358,8 @@ def residual_energy_figure(trace: Trace) -> go.Figure:
                 rejected_x.append(p.position)
                 rejected_y.append(row)
     bound = max(1.0, max((abs(e) for r in energy for e in r if e is not None), default=1.0))
-    labels = [f"b{s.block}·s{s.step}" for s in verified]
+    index_of = {id(step): i for i, step in enumerate(trace.steps)}
+    labels = [step_label(index_of[id(s)], s) for s in verified]
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -438,7 +450,7 @@ def router_figure(trace: Trace) -> go.Figure:
     if not routed:
         return empty_figure("This run has no router (only S2D2 routes).")
     x = [i for i, _ in routed]
-    labels = [f"b{s.block}·s{s.step}" for _, s in routed]
+    labels = [step_label(i, s) for i, s in routed]
     routes = [s.route for _, s in routed]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.07)
 

@@ -177,19 +177,24 @@ def walk_parts(trace: Trace, index: int) -> list[Part]:
 
 def _numbers_table(trace: Trace, step: StepRecord, index: int, now: tuple[int, ...]) -> str:
     """Every drafted position of the step with p, q, the test and the verdict; the part's rows marked."""
+    greedy = trace.config.get("verify", {}).get("acceptance") == "greedy"
     rows = []
     for p in sorted(_generated(trace, step), key=lambda p: p.position):
-        limit = "" if p.accept_probability is None else f"{p.accept_probability:.2g}"
-        u = "" if p.u is None else f"{p.u:.2f}"
+        if greedy:  # the test is "is the draft q's argmax?": no draw, no min(1, q/p)
+            test = html.escape(quoted(trace, p.q_top[0][0])) if p.q_top else ""
+        else:
+            limit = "" if p.accept_probability is None else f"{p.accept_probability:.2g}"
+            test = f"{limit}</td><td>{'' if p.u is None else f'{p.u:.2f}'}"
         q = "" if p.q is None else f"{p.q:.3g}"
         verdict = p.outcome or "masked again"
         committed = "" if p.committed is None or p.committed == p.token else f" → {quoted(trace, p.committed)}"
         mark = ' class="guide-now"' if p.position in now else ""
         rows.append(
             f"<tr{mark}><td>{p.position}</td><td>{html.escape(quoted(trace, p.token))}</td><td>{p.p:.3f}</td>"
-            f"<td>{q}</td><td>{limit}</td><td>{u}</td><td>{html.escape(verdict + committed)}</td></tr>"
+            f"<td>{q}</td><td>{test}</td><td>{html.escape(verdict + committed)}</td></tr>"
         )
-    head = "<tr><th>pos</th><th>draft</th><th>p</th><th>q</th><th>min(1,q/p)</th><th>u</th><th>verdict</th></tr>"
+    tests = "<th>q's argmax</th>" if greedy else "<th>min(1,q/p)</th><th>u</th>"
+    head = f"<tr><th>pos</th><th>draft</th><th>p</th><th>q</th>{tests}<th>verdict</th></tr>"
     return f'<div class="guide-table-wrap"><table class="guide-table">{head}{"".join(rows)}</table></div>'
 
 

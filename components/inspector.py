@@ -87,7 +87,7 @@ def _header(trace: Trace, run: str, index: int, position: int) -> str:
     step = trace.steps[index]
     return (
         f'<div class="insp-head"><span><b>position {position}</b> · step {index} '
-        f"(block {step.block}, step {step.step})</span>"
+        f"(block {step.block})</span>"
         f'<button type="button" class="insp-close" aria-label="Close the {run} inspector">×</button></div>'
         f'<div class="insp-keys">{KEYS}</div>'
     )
@@ -153,6 +153,6 @@ def inspector_html(trace: Trace | None, run: str, index: int, position: int) -> 
     if trace.method == "s2d2" and d.step.accepted is not None:
         parts.append(
             f'<button type="button" class="guide-go" data-step="{index}" data-part="0">'
-            f"🎓 Walk me through step {index}, part by part</button>"
+            f"Walk me through step {index}, part by part</button>"
         )
     return f'<div class="inspector" {attrs}>{"".join(parts)}</div>'

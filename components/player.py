@@ -92,7 +92,7 @@ def player_html(trace: Trace | None, run: str) -> str:
         return ""
     sentence = html.escape(narrate(trace)[-1])
     walk = (
-        '<button type="button" class="guide-start" data-step="auto">🎓 Walk me through a verification</button>'
+        '<button type="button" class="guide-start" data-step="auto">Walk me through a verification</button>'
         if trace.method == "s2d2" and trace.summary.verifications
         else ""
     )

@@ -91,10 +91,19 @@ def tokens_html(trace: Trace) -> str:
     return f'<div class="tokens">{"".join(spans)}{stop}</div>'
 
 
-def legend_html(outcomes=tuple(OUTCOME_LABELS)) -> str:
+def outcomes_in(runs: dict[str, Trace]) -> tuple[str, ...]:
+    """The colours the runs' texts use, in the legend's order: a legend of ten colours where three occur only
+    sends the reader looking for the other seven."""
+    used = {display_outcome(t.method, p.outcome) for t in runs.values() for s in t.steps for p in s.committed}
+    return tuple(o for o in OUTCOME_LABELS if o in used)
+
+
+def legend_html(outcomes=tuple(OUTCOME_LABELS), edited: bool = True) -> str:
+    """One swatch per outcome in ``outcomes`` (and the editing outline when ``edited``)."""
     items = "".join(
         f'<span class="legend-item"><span class="swatch" style="background:{OUTCOME_COLORS[o]}"></span>{html.escape(OUTCOME_LABELS[o])}</span>'
         for o in outcomes
     )
-    items += '<span class="legend-item"><span class="swatch swatch-edited"></span>edited later (τ_edit)</span>'
+    if edited:
+        items += '<span class="legend-item"><span class="swatch swatch-edited"></span>edited later (τ_edit)</span>'
     return f'<div class="legend">{items}</div>'

@@ -98,6 +98,23 @@ def examples() -> list[dict]:
     return [{"model": BUNDLED, **e} for e in json.loads((ASSETS / "examples.json").read_text())]
 
 
+FAMILY_OF_MODEL = {"bundled": "SDAR", "bundled-fast-dllm-v2": "Fast-dLLM v2", "bundled-llada2": "LLaDA2.x"}
+
+
+def example_labels() -> list[str]:
+    """Each example as one line of the compact list: its model family, what it shows, and its prompt in full."""
+    return [f"{FAMILY_OF_MODEL.get(e['model'], e['model'])} · {e['shows']} — {e['prompt']}" for e in examples()]
+
+
+def example_picked() -> str:
+    """An example's settings are in place but nothing has decoded it yet: say so, and what Run will do."""
+    return status_html(
+        "Example loaded: press <b>Run</b> to decode it live (a few seconds on this CPU). "
+        "The results below are still the previous run's until then.",
+        "info",
+    )
+
+
 OWN_PROMPT = "Your own prompt: run it to see what S2D2 does with it (the examples below each say what they show)."
 
 

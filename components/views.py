@@ -25,7 +25,7 @@ from .inspector import inspector_hint
 from .player import PLOT_IDS, player_all_html, player_html
 from .runner import TIMING_NOTE
 from .tables import stats_table
-from .tokens import legend_html, tokens_html
+from .tokens import legend_html, outcomes_in, tokens_html
 
 
 def ratio_words(ours: float, theirs: float, more: str, fewer: str, same: str) -> str:
@@ -105,7 +105,7 @@ def headline_html(runs: dict[str, Trace]) -> str:
     button = (
         ""
         if walk is None
-        else f'<button type="button" class="guide-start" data-step="{walk}">🎓 Walk me through step {walk}\'s '
+        else f'<button type="button" class="guide-start" data-step="{walk}">Walk me through step {walk}\'s '
         "verification, with its numbers</button>"
     )
     return f'<div class="headline headline-{verdict}">{sentence}{graded}{button}</div>'
@@ -180,6 +180,8 @@ class View:
 
 
 MISSING = "No such run in this comparison."
+# While decoding, the last run's headline would describe other runs: it waits for the new ones instead.
+DECODING_HEADLINE = '<div class="headline headline-ungraded">Decoding… the summary comes when all three runs are done.</div>'
 
 
 def _text_view(name: str) -> View:
@@ -221,13 +223,19 @@ def _trajectory_views(run: str) -> tuple[View, View, View]:
     return player, plot, View(f"inspector:{run}", hint, lambda runs: inspector_hint(run))
 
 
+def _legend(runs: dict[str, Trace]) -> str:
+    """The legend of the colours these runs use, and the editing outline only where an edit happened."""
+    edited = any(step.edits for trace in runs.values() for step in trace.steps)
+    return legend_html(outcomes_in(runs), edited)
+
+
 def _of_s2d2(make: Callable[[Trace], go.Figure]) -> Callable[[dict[str, Trace]], go.Figure]:
     return lambda runs: make(runs["S2D2"]) if "S2D2" in runs else empty_figure(MISSING)
 
 
 VIEWS: tuple[View, ...] = (
-    View("headline", Slot("html", "headline"), headline_html),
-    View("legend", Slot("html", "legend", initial=legend_html), lambda runs: legend_html()),
+    View("headline", Slot("html", "headline"), headline_html, lambda shown, changed: DECODING_HEADLINE),
+    View("legend", Slot("html", "legend", initial=legend_html), _legend),
     View("player_all", Slot("html", "player-all"), player_all_html),
     *(_text_view(name) for name in ("AR", "Baseline", "S2D2")),
     *(view for run in ("S2D2", "Baseline") for view in _trajectory_views(run)),
