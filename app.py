@@ -69,6 +69,7 @@ def build_demo() -> gr.Blocks:
                     example_labels=ui.example_labels(),
                     elem_id="examples",
                 )
+                gr.HTML(ui.example_prompts_html(), elem_id="example-prompts")
                 status = gr.HTML(elem_id="status")
                 results = ui.results_area()
             with gr.Tab("Benchmarks", id="benchmarks"):

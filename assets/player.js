@@ -236,20 +236,41 @@
      visitor does not have to scroll past the examples to see what happened. */
   let ranAt = 0;
   let headlineBefore = "";
+  let sawDecoding = false;
   function revealResults() {
     const headline = document.querySelector("#headline .headline");
     if (!ranAt) return;
     if (performance.now() - ranAt > 120000) { ranAt = 0; return; }
-    if (!headline || headline.innerHTML === headlineBefore) return;  // no news yet (or an error in the status)
+    // Wait for the finished runs' headline and a cleared status: an error leaves its message in the status
+    // (and the old headline), and nothing scrolls away from it.
+    if (!headline) return;
+    if (headline.innerText.startsWith("Decoding")) { sawDecoding = true; return; }
+    // A rerun of a saved example ends on the very headline it started from, so its "Decoding…" in between counts too.
+    if (!sawDecoding && headline.innerHTML === headlineBefore) return;
+    const status = document.querySelector("#status");
+    if (status && status.innerText.trim() !== "") return;  // the status clears with the results; an error stays
     ranAt = 0;
+    heldUntil = performance.now() + 2800;
     headline.scrollIntoView({ block: "start", behavior: "smooth" });
   }
+
+  /* The figures below (and, on a loaded server, the status above) settle after the headline arrives: once the
+     smooth scroll is done, for two seconds the headline is kept at the top, unless the visitor scrolls or clicks. */
+  let heldUntil = 0;
+  function holdResults() {
+    const now = performance.now();
+    if (now > heldUntil || now < heldUntil - 2000) return;
+    const headline = document.querySelector("#headline .headline");
+    if (headline && Math.abs(headline.getBoundingClientRect().top) > 2) headline.scrollIntoView({ block: "start" });
+  }
+  for (const kind of ["wheel", "touchstart", "keydown", "pointerdown"]) document.addEventListener(kind, () => { heldUntil = 0; });
 
   document.addEventListener("click", (event) => {
     if (event.target.closest("#run")) {
       ranAt = performance.now();
       const headline = document.querySelector("#headline .headline");
       headlineBefore = headline ? headline.innerHTML : "";
+      sawDecoding = false;
     }
     const how = event.target.closest(".open-how");
     if (how) {
@@ -261,6 +282,22 @@
     const walk = event.target.closest(".guide-start, .guide-go");
     if (walk) {
       guide(walk.dataset.step || "auto", walk.dataset.part || "0");
+      return;
+    }
+    const whatIf = event.target.closest(".whatif-go");
+    if (whatIf) {
+      // The forced run is a whole decode: say so at once, and keep Play from replacing the answer.
+      const { run, step, position, token } = whatIf.dataset;
+      delete inspecting[run];
+      const offer = whatIf.closest(".whatif-offer");
+      if (offer) offer.innerHTML = `<span class="whatif-busy">Decoding again with ${whatIf.textContent} forced…</span>`;
+      nonce += 1;
+      sendRequest(`${run}|whatif|${step}|${position}|${token}|${nonce}`);
+      return;
+    }
+    const back = event.target.closest(".whatif-back");
+    if (back) {
+      inspect(back.closest(".inspector").dataset.run, Number(back.dataset.step), Number(back.dataset.position));
       return;
     }
     const close = event.target.closest(".insp-close");
@@ -285,5 +322,13 @@
       if (clock) { stopClock(); clearReveal(); } else playAll();
     }
   });
-  setInterval(() => { attach(); followGuide(); revealResults(); }, 300);
+  function titleExamples() {
+    const data = document.querySelector("#example-prompts [data-prompts]");
+    const chips = [...document.querySelectorAll("#examples .gallery-item")];
+    if (!data || !chips.length || chips[0].title) return;
+    const hovers = JSON.parse(data.dataset.prompts);
+    chips.forEach((chip, i) => { if (hovers[i]) chip.title = hovers[i]; });
+  }
+
+  setInterval(() => { attach(); followGuide(); revealResults(); holdResults(); titleExamples(); }, 300);
 }

@@ -17,6 +17,7 @@ from s2d2.decisions import Decision, acceptance_test, decisions_at, has_detail, 
 from s2d2.trace import RESAMPLED, Trace
 
 from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome, display_token
+from .whatif import what_if_offer
 
 KEYS = "click a cell or a token · ← → position · ↑ ↓ step"
 
@@ -155,4 +156,5 @@ def inspector_html(trace: Trace | None, run: str, index: int, position: int) -> 
             f'<button type="button" class="guide-go" data-step="{index}" data-part="0">'
             f"Walk me through step {index}, part by part</button>"
         )
+    parts.append(what_if_offer(trace, run, index, r))
     return f'<div class="inspector" {attrs}>{"".join(parts)}</div>'

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from s2d2.config import PRESETS
-from s2d2.decode import DecodeCancelled
+from s2d2.config import PRESETS, DecodeConfig
+from s2d2.decode import DecodeCancelled, generate
+from s2d2.forcing import ForcedDraft
 from s2d2.settings import Setting
 from s2d2.trace import Trace
 
@@ -45,6 +46,7 @@ from .runner import (
     stream_all,
 )
 from .views import UNCHANGED, VIEWS, Slot, View, build_views, live_views
+from .whatif import what_if_html
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
@@ -102,8 +104,15 @@ FAMILY_OF_MODEL = {"bundled": "SDAR", "bundled-fast-dllm-v2": "Fast-dLLM v2", "b
 
 
 def example_labels() -> list[str]:
-    """Each example as one line of the compact list: its model family, what it shows, and its prompt in full."""
-    return [f"{FAMILY_OF_MODEL.get(e['model'], e['model'])} · {e['shows']} — {e['prompt']}" for e in examples()]
+    """Each example as one chip of the compact list: its model family and its prompt (Gradio cuts a label
+    after 60 characters; :func:`example_prompts_html` gives the page the whole prompt for the chip's hover)."""
+    return [f"{FAMILY_OF_MODEL.get(e['model'], e['model'])} · {e['prompt']}" for e in examples()]
+
+
+def example_prompts_html() -> str:
+    """Every example's whole prompt and what it shows, in order, for the player script to put on each chip's hover."""
+    hovers = [f"{e['shows']} ({FAMILY_OF_MODEL.get(e['model'], e['model'])}, {e['preset']}): {e['prompt']}" for e in examples()]
+    return f'<div class="example-prompts" hidden data-prompts="{html.escape(json.dumps(hovers), quote=True)}"></div>'
 
 
 def example_picked() -> str:
@@ -329,7 +338,8 @@ def render_stream(shown: dict[str, Trace], changed: str) -> list:
 def inspect(asked: str, request: gr.Request = None) -> list:
     """The inspector panels for a request from the page: ``run|step|position|nonce`` opens one,
     ``run|close|nonce`` closes it, ``run|guide|step|part|nonce`` shows the walk-through of a step
-    (``step`` may be ``auto``); the other panel stays as it is."""
+    (``step`` may be ``auto``), ``run|whatif|step|position|token|nonce`` decodes the run again with that
+    draft forced; the other panel stays as it is."""
     run, *rest = (asked or "").split("|")
     updates = {name: gr.update() for name in PLOT_IDS}
     if run not in PLOT_IDS:
@@ -338,6 +348,9 @@ def inspect(asked: str, request: gr.Request = None) -> list:
     if rest[:1] == ["guide"] and len(rest) >= 3:
         updates[run] = guide_html(trace, run, rest[1], rest[2])
         return list(updates.values())
+    if rest[:1] == ["whatif"] and len(rest) >= 4:
+        updates[run] = what_if(trace, run, rest[1], rest[2], rest[3])
+        return list(updates.values())
     try:
         step, position = int(rest[0]), int(rest[1])
     except (IndexError, ValueError):
@@ -345,6 +358,25 @@ def inspect(asked: str, request: gr.Request = None) -> list:
     else:
         updates[run] = inspector_html(trace, run, step, position)
     return list(updates.values())
+
+
+def what_if(trace: Trace | None, run: str, step: str, position: str, token: str) -> str:
+    """The run decoded again with one draft forced (:mod:`s2d2.forcing`), set beside the original; a forcing
+    that cannot be made, or a model that cannot load (a replayed hub run offline), is said in the panel."""
+    try:
+        index, at, forced_token = int(step), int(position), int(token)
+        if trace is None or not 0 <= index < len(trace.steps):
+            raise ValueError("there is no such step in this page's run")
+        record = trace.steps[index]
+        forced = ForcedDraft(record.block, record.step, at, forced_token)
+        model = MODELS.get(trace.model)
+        again = generate(model, trace.prompt_ids, DecodeConfig.from_dict(trace.config), forced=forced)
+    except (ValueError, OSError) as err:
+        return (
+            f'<div class="inspector" data-run="{run}"><p class="insp-note">Cannot decode this what-if: '
+            f"{html.escape(str(err))}</p></div>"
+        )
+    return what_if_html(trace, again, run)
 
 
 def status_html(message: str, kind: str = "info") -> str:

@@ -24,6 +24,7 @@ from .guide import step_to_walk
 from .inspector import inspector_hint
 from .player import PLOT_IDS, player_all_html, player_html
 from .runner import TIMING_NOTE
+from .speedup import speedup_figure, speedup_html
 from .tables import stats_table
 from .tokens import legend_html, outcomes_in, tokens_html
 
@@ -243,6 +244,8 @@ VIEWS: tuple[View, ...] = (
     View("router", Slot("plot", "plot-router", "Router"), _of_s2d2(router_figure)),
     View("cost", Slot("plot", "plot-cost", "Cost", note=TIMING_NOTE), cost_figure),
     View("table", Slot("table", "stats-table", "Table", note=TIMING_NOTE), stats_table),
+    View("speedup_text", Slot("html", "speedup-text", "Speed-up"), speedup_html),
+    View("speedup", Slot("plot", "plot-speedup", "Speed-up"), speedup_figure),
 )
 
 

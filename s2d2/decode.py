@@ -29,6 +29,7 @@ import torch
 from . import trace as tr
 from .blocks import BlockState, Draft, StepDecision
 from .config import DecodeConfig
+from .forcing import ForcedDraft
 from .models.base import BlockCache, BlockDiffusionModel, ForwardRecorder, KVSession
 from .policies import make_policy
 from .recorder import Recorder
@@ -55,8 +56,11 @@ class Decoder:
         should_stop: Callable[[], bool] | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         new_session: Callable[[ForwardRecorder], KVSession] | None = None,
+        forced: ForcedDraft | None = None,
     ):
         self.model = model
+        self.forced = forced  # a what-if run's one forced draft (s2d2.forcing)
+        self.forced_record: dict | None = None
         self.official = model.official if config.accounting == "official" else None
         # Where the run's forwards go: the model's own session, or one row of a batch (s2d2.batch).
         self.new_session = with_official_block_cache(
@@ -141,7 +145,8 @@ class Decoder:
         wall = time.perf_counter() - start_time
         if cap is not None:
             generated = generated[:cap]
-        return self.recorder.trace(self.model, cfg, prompt_ids, prompt_text, generated, stop_reason, wall)
+        trace = self.recorder.trace(self.model, cfg, prompt_ids, prompt_text, generated, stop_reason, wall)
+        return trace if self.forced is None else self.forced.mark(trace, self.forced_record)
 
     def _store_block(self, session: KVSession, block: BlockState, step: int, stopped: bool):
         """Store a finished block's KV; returns what of it rides on the next draft as its commit.
@@ -241,6 +246,9 @@ class Decoder:
         cfg = self.config
         self._begin(block, step)
         draft = self._draft(session, block, pending)
+        if self.forced is not None and self.forced.applies(block, step):
+            draft, drafted = self.forced.apply(draft, block)
+            self.forced_record = self.forced.record(drafted)
         edits = block.edits(draft, cfg.edit_threshold) if cfg.edit_threshold is not None else []
         k_min = min(cfg.schedule()[min(window_step, cfg.steps - 1)], sum(candidates))
         verifier = self.verifier
@@ -358,6 +366,8 @@ def generate(
     config: DecodeConfig,
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    forced: ForcedDraft | None = None,
 ) -> tr.Trace:
-    """Decode ``prompt`` (text, wrapped in the chat template, or token ids) with ``config``."""
-    return Decoder(model, config, should_stop, on_progress).run(*encode_prompt(model, prompt))
+    """Decode ``prompt`` (text, wrapped in the chat template, or token ids) with ``config``; ``forced`` puts
+    one token of your choosing into one step's draft (a what-if run, :mod:`s2d2.forcing`)."""
+    return Decoder(model, config, should_stop, on_progress, forced=forced).run(*encode_prompt(model, prompt))

@@ -78,6 +78,42 @@ def expected_accepted_length(alpha: torch.Tensor) -> torch.Tensor:
     return alpha.clamp(0, 1).cumprod(dim=0).sum()
 
 
+# The routers' decision rules. Each takes one request's numbers (the engine's policies below) or a batch's
+# tensors, one element per request (SGLang's plugin), so a rule is written once for both.
+
+
+def _where(condition, if_true, if_false):
+    """``torch.where`` over a batch's tensors; a plain conditional for one request's numbers."""
+    if isinstance(condition, torch.Tensor):
+        return torch.where(condition, if_true, if_false)
+    return if_true if condition else if_false
+
+
+def route_score(expected_accepted, n_high, span_length, verify):
+    """``s = E[K] - c`` (static) or ``s = E[K] - c · n_high`` (dynamic); ``-inf`` for an empty span.
+
+    ``n_high`` is what the diffusion rule would commit for free this step,
+    so the dynamic score asks whether verification beats it.
+    """
+    penalty = verify.c * (n_high if verify.score == "dynamic" else 1)
+    return _where(span_length > 0, expected_accepted - penalty, -math.inf)
+
+
+def score_verifies(score, verify):
+    """The score router's rule: verify iff ``s ≥ τ_score``."""
+    return score >= verify.tau_score
+
+
+def span_verifies(span_length, verify):
+    """The minimum-span router's rule: verify iff the span has at least ``τ_span`` positions."""
+    return span_length >= verify.tau_span
+
+
+def hysteresis_switch(on, score, verify):
+    """The hysteresis state after a score: ON stays ON while ``s ≥ τ_off``; OFF turns ON when ``s > τ_on``."""
+    return _where(on, score >= verify.tau_off, score > verify.tau_on)
+
+
 @dataclass
 class RouteRecord:
     """A routing decision and every input it was made from (recorded in the trace's steps)."""
@@ -160,15 +196,8 @@ class Policy(ABC):
         )
 
     def score(self, ctx: RouteContext) -> float:
-        """``s = E[K] - c`` (static) or ``s = E[K] - c · n_high`` (dynamic).
-
-        ``n_high`` is what the diffusion rule would commit for free this step,
-        so the dynamic score asks whether verification beats it.
-        """
-        if ctx.span_length == 0:
-            return -math.inf
-        penalty = self.verify.c * (ctx.n_high if self.verify.score == "dynamic" else 1)
-        return ctx.expected_accepted - penalty
+        """The step's score (:func:`route_score`)."""
+        return route_score(ctx.expected_accepted, ctx.n_high, ctx.span_length, self.verify)
 
 
 def score_never_below(verify) -> float:
@@ -200,7 +229,8 @@ class MinimumSpanPolicy(Policy):
         return verify.tau_span <= 1
 
     def decide(self, ctx):
-        return self._record(ctx, ctx.span_length >= self.verify.tau_span, thresholds={"tau_span": self.verify.tau_span})
+        verify = span_verifies(ctx.span_length, self.verify)
+        return self._record(ctx, verify, thresholds={"tau_span": self.verify.tau_span})
 
 
 class ScoreThresholdPolicy(Policy):
@@ -214,7 +244,7 @@ class ScoreThresholdPolicy(Policy):
 
     def decide(self, ctx):
         s = self.score(ctx)
-        return self._record(ctx, s >= self.verify.tau_score, score=s, thresholds={"tau_score": self.verify.tau_score})
+        return self._record(ctx, score_verifies(s, self.verify), score=s, thresholds={"tau_score": self.verify.tau_score})
 
 
 class HysteresisPolicy(Policy):
@@ -239,7 +269,7 @@ class HysteresisPolicy(Policy):
     def decide(self, ctx):
         s = self.score(ctx)
         before = self.on
-        self.on = s >= self.verify.tau_off if before else s > self.verify.tau_on
+        self.on = hysteresis_switch(before, s, self.verify)
         return self._record(
             ctx,
             self.on,

@@ -92,3 +92,11 @@ def chi_square_bound(dof: int, false_failure: float = 1e-3) -> float:
         else:
             high = middle
     return high
+
+
+def decode_each(model, prompt: str, configs: dict[str, DecodeConfig]) -> dict[str, Trace]:
+    """Each configuration's run of ``prompt``, decoded once (the dashboard's :func:`components.runner.run_all`
+    without its warm-ups and timed rounds, for tests that read tokens and steps, not clocks)."""
+    from s2d2.decode import generate
+
+    return {name: generate(model, prompt, config) for name, config in configs.items()}

@@ -11,10 +11,11 @@ from gradio_client import Client
 
 from components import ui
 from components.bundle import bundle_json, load_bundle_file
-from components.runner import RUN_NAMES, build_configs, defaults, resolve, run_all
+from components.runner import RUN_NAMES, build_configs, defaults, resolve
 from components.views import VIEWS
 from s2d2.decode import generate
 from s2d2.trace import RESAMPLED
+from helpers import decode_each
 
 EXAMPLES = ui.examples()
 PROMPTS = [e["prompt"] for e in EXAMPLES]
@@ -170,7 +171,7 @@ def test_cancel_stops_a_running_decode():
 
 
 def test_replay_renders_a_saved_comparison_without_a_model(tmp_path):
-    traces = run_all(ui.MODELS.get("bundled"), PROMPTS[2], build_configs(resolve(given={"max_new_tokens": 24})))
+    traces = decode_each(ui.MODELS.get("bundled"), PROMPTS[2], build_configs(resolve(given={"max_new_tokens": 24})))
     path = tmp_path / "saved.json"
     path.write_text(bundle_json(traces))
     status, headline, *rest = ui.replay(str(path))
@@ -219,7 +220,7 @@ def _edit_overrides_a_resample(trace) -> bool:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e['model']}:{e['shows']}:{e['prompt'][:20]}" for e in EXAMPLES])
 def test_every_example_shows_what_it_says(example):
-    traces = run_all(ui.MODELS.get(example["model"]), example["prompt"], build_configs(resolve(example["preset"])))
+    traces = decode_each(ui.MODELS.get(example["model"]), example["prompt"], build_configs(resolve(example["preset"])))
     ar, base, s2d2 = (traces[n] for n in RUN_NAMES)
     s = s2d2.summary
     assert s.generated_tokens >= 8, "the bundled model answers it"

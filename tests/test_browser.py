@@ -450,13 +450,13 @@ def inspected_first_token(page) -> tuple[str, str]:
 
 
 def test_each_page_inspects_its_own_live_runs(browser, app_url):
-    """Five live runs of new prompts in two browser contexts at once: every inspector answer comes from its
-    own page's latest run (the first token of an arith answer is its prompt's first number)."""
+    """Five live runs of new prompts in two browser contexts, taking turns: every inspector answer comes from
+    its own page's latest run (the first token of an arith answer is its prompt's first number)."""
     from s2d2.study.tasks import get_family
 
     shown_examples = {e["prompt"] for e in json.loads((ROOT / "assets" / "examples.json").read_text())}
     problems = [p for p in get_family("arith").problems("heldout", 40, seed=5) if p.prompt not in shown_examples]
-    # Five prompts whose answers start with different digits, so no run's first token passes for another's.
+    # Prompts whose answers start with different digits, so no run's first token passes for another's.
     starts = sorted({p.reference[0]: (p.reference.split()[0], p) for p in problems}.values())[:5]
     pages = [new_page(browser, app_url), new_page(browser, app_url)]
     latest: dict[int, str] = {}
@@ -471,9 +471,33 @@ def test_each_page_inspects_its_own_live_runs(browser, app_url):
                     assert latest[index].startswith(shown), (shown, latest[index])
                     assert f"‘{shown}’ committed" in said, (said, shown)
         pages[0].screenshot(path=str(SHOTS / "14-own-run-inspected.png"), full_page=False)
+        what_if_on_the_open_token(pages[0])
     finally:
         for page in pages:
             page.context.close()
+
+
+def what_if_on_the_open_token(page) -> None:
+    """The open S2D2 inspector offers the drafter's other candidates; a pick decodes the page's own run again
+    with it forced, and the panel says what the verifier did with it and what it cost; Back returns."""
+    from playwright.sync_api import expect
+
+    panel = page.locator("#inspector-s2d2 .inspector")
+    step, position = panel.get_attribute("data-step"), panel.get_attribute("data-position")
+    candidate = panel.locator(".whatif-go").first
+    forced = candidate.inner_text()
+    candidate.click()
+    answer = page.locator("#inspector-s2d2 .whatif")
+    expect(answer).to_be_visible(timeout=30_000)
+    expect(answer.locator(".insp-head")).to_contain_text(f"{forced} in place of")
+    said = answer.inner_text()
+    assert re.search(r"Verifier: .*(accepted|rejected)", said) and re.search(r"Cost: \d+ forwards", said), said
+    assert "no exactness claim" in said
+    page.locator("#inspector-s2d2").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "20-what-if.png"), full_page=False)
+    answer.locator(".whatif-back").click()
+    back = page.locator(f'#inspector-s2d2 .inspector[data-step="{step}"][data-position="{position}"] .whatif-go')
+    expect(back.first).to_be_visible(timeout=10_000)
 
 
 def test_cancel_stops_the_decode_on_the_server(browser, app_server):
@@ -503,5 +527,87 @@ def test_cancel_stops_the_decode_on_the_server(browser, app_server):
         late = [round(t - clicked, 2) for t in starts if t > clicked + 1.0]
         assert late == [], f"forwards started after Cancel (seconds after the click): {late}"
         page.screenshot(path=str(SHOTS / "15-cancelled.png"))
+    finally:
+        page.context.close()
+
+
+def headline_in_view(page) -> bool:
+    """Whether the headline's top is on screen (after the page scrolled itself there)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "() => { const h = document.querySelector('#headline .headline'); const top = h && h.getBoundingClientRect().top;"
+            " return h && !h.innerText.startsWith('Decoding') && top >= -2 && top < window.innerHeight - 80; }",
+            timeout=10_000,
+        )
+    except PlaywrightTimeout:
+        where = page.evaluate(
+            "() => { const h = document.querySelector('#headline .headline'); return {top: h && h.getBoundingClientRect().top,"
+            " height: window.innerHeight, scrollY: window.scrollY, headline: h && h.innerText.slice(0, 80),"
+            " status: document.querySelector('#status').innerText.slice(0, 80)}; }"
+        )
+        raise AssertionError(f"the headline is not in view: {where}") from None
+    return True
+
+
+def test_a_learner_reaches_the_sampling_test_of_a_live_run_and_walks_through_it(browser, app_url):
+    """The sampling example: a click says Run will decode it; Run brings the graded headline into view; its
+    walk-through button (the second click) opens the step's numbers, and Next reaches the rejection's u and
+    residual, outlined in the trajectory; the Speed-up tab draws the run on its curve."""
+    from playwright.sync_api import expect
+
+    from components.ui import examples
+
+    example = next(e for e in examples() if e["shows"] == "sampling-test")
+    page = new_page(browser, app_url)
+    try:
+        page.get_by_text(example["prompt"][:40]).first.click()
+        expect(page.locator("#status")).to_contain_text("press Run to decode it live", timeout=10_000)
+        page.click("#run")
+        page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=120_000)
+        assert headline_in_view(page)
+        headline = page.locator("#headline .headline")
+        expect(headline).to_contain_text("Wrong answer from Baseline; right from AR and S2D2: the answer is 7")
+        expect(page.locator("#text-baseline .grade-wrong")).to_have_count(1)
+        page.screenshot(path=str(SHOTS / "16-after-run-1440.png"))
+        headline.locator(".guide-start").click()
+        guide = page.locator("#inspector-s2d2 .guide")
+        expect(guide).to_contain_text("The drafter is the model in diffusion mode", timeout=10_000)
+        expect(guide.locator("tr.guide-now").first).to_be_visible()
+        for _ in range(4):
+            if "fails" in guide.locator(".guide-text").inner_text():
+                break
+            part = guide.get_attribute("data-part")  # read before the click: its answer may come back at once
+            guide.locator(".guide-go", has_text="Next ▶").click()
+            page.wait_for_function("(n) => document.querySelector('#inspector-s2d2 .guide').dataset.part !== n",
+                                   arg=part, timeout=10_000)  # fmt: skip
+        said = guide.locator(".guide-text").inner_text()
+        assert re.search(r"u = 0\.\d\d ≥ min\(1, q/p\) = 0\.00: rejected", said) and "residual (q − p)+" in said, said
+        position = int(guide.get_attribute("data-positions"))
+        page.wait_for_function(
+            """(x) => { const d = document.querySelector('#plot-trajectory-s2d2 .js-plotly-plot');
+                const s = d && d.layout.shapes && d.layout.shapes[d._s2d2Guide];
+                return s && s.visible && Math.abs(s.x0 - (x - 0.5)) < 1e-6; }""",
+            arg=position,
+            timeout=10_000,
+        )
+        guide.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / "17-walk-through-rejection.png"))
+        page.get_by_role("tab", name="Speed-up").click()
+        wait_plot(page, "plot-speedup")
+        expect(page.locator("#speedup-text")).to_contain_text("E[K]")
+        page.screenshot(path=str(SHOTS / "18-speed-up.png"), full_page=False)
+    finally:
+        page.context.close()
+
+
+def test_on_a_phone_run_scrolls_to_the_results(browser, app_url):
+    page = new_page(browser, app_url, width=420, height=900)
+    try:
+        run_own_prompt(page, "Ben has 7 pens. He buys 5 more. How many pens does Ben have now?")
+        assert headline_in_view(page)
+        assert page.evaluate("() => window.scrollY") > 900, "the results sit below the examples on a phone"
+        page.screenshot(path=str(SHOTS / "19-phone-after-run.png"))
     finally:
         page.context.close()

@@ -10,6 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from s2d2.config import DecodeConfig, preset_config
+from s2d2.batch import generate_batch
 from s2d2.decode import generate
 from s2d2.models import DEFAULT_MODEL, load_model
 from s2d2.models.sdar import SDARModel
@@ -67,7 +68,8 @@ def ar_runs(bundled):
         if family_name not in runs:
             problems = get_family(family_name).problems("heldout", 20, seed=4242)
             ar = DecodeConfig(method="ar", max_new_tokens=BUDGET)
-            runs[family_name] = [(p, generate(bundled, p.prompt, ar)) for p in problems]
+            # Batched (tests/test_batch.py: a batch row decodes as alone), so the module pays one AR pass.
+            runs[family_name] = list(zip(problems, generate_batch(bundled, [p.prompt for p in problems], ar)))
         return runs[family_name]
 
     return of

@@ -15,11 +15,12 @@ from components.figures import (
     router_figure,
     trajectory_figure,
 )
-from components.runner import build_configs, check_prompt, resolve, run_all
+from components.runner import build_configs, check_prompt, resolve
 from components.tables import stats_table
 from components.tokens import tokens_html
 from components.views import UNCHANGED, VIEWS, build_views, live_views
 from s2d2.trace import OUTCOMES
+from helpers import decode_each
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def runs(tiny_model):
     saved = tiny_model.stop_token_ids
     tiny_model.stop_token_ids = []
     try:
-        return run_all(tiny_model, "Ann has 3 pens. She buys 2 more.", build_configs(settings))
+        return decode_each(tiny_model, "Ann has 3 pens. She buys 2 more.", build_configs(settings))
     finally:
         tiny_model.stop_token_ids = saved
 
@@ -405,11 +406,11 @@ def test_edits_are_ringed_in_the_trajectory_and_appear_with_their_step():
     """LLaDA2.x's editing pass rewrites tokens the grid already shows as committed: each rewrite gets a ring
     at (position, step), and the replay's frame for step k shows only the edits made by then."""
     from components.palette import display_token
-    from components.runner import build_configs, resolve, run_all
+    from components.runner import build_configs, resolve
     from components.ui import MODELS, examples
 
     example = next(e for e in examples() if e["shows"] == "edit-overrides-verifier")
-    traces = run_all(MODELS.get(example["model"]), example["prompt"], build_configs(resolve(example["preset"])))
+    traces = decode_each(MODELS.get(example["model"]), example["prompt"], build_configs(resolve(example["preset"])))
     for trace in traces.values():
         edits = [(e.position, k) for k, step in enumerate(trace.steps) for e in step.edits]
         figure = trajectory_figure(trace, "trajectory")

@@ -139,25 +139,33 @@ def test_keyed_draws_are_uniform_and_their_own():
 
 
 def test_router_is_the_engines():
-    """Score and hysteresis routing over a batch decide as the engine's policies do, state carried per row."""
+    """Score and hysteresis routing over a batch decide as the engine's policies do, state carried per row;
+    a row whose block has nothing left to commit (some each step) keeps its state, as the engine's does."""
     generator = torch.Generator().manual_seed(6)
-    config = config_from_settings(policy="hysteresis", score="dynamic", c=0.5, tau_on=1.0, tau_off=-0.5, threshold=0.6)
+    config = config_from_settings(policy="hysteresis", score="dynamic", c=0.2, tau_on=0.5, tau_off=-0.5, threshold=0.6)
     score_config = config.replace(verify=config.verify.__class__(policy="score", c=1.0, tau_score=0.3))
     bs, block, vocab = 8, 6, 9
     on = torch.zeros(bs, dtype=torch.bool)
     engines = [HysteresisPolicy(config.verify) for _ in range(bs)]
-    for _ in range(4):
+    kept_on = 0
+    for step in range(8):
         probs = torch.softmax(torch.randn(bs, block, vocab, generator=generator) * 3, -1)
         confidence = probs.max(-1).values
         todo = torch.rand(bs, block, generator=generator) < 0.7
+        todo[[step % bs, (step + 3) % bs]] = False
         span = batched.first_span(todo)
         verify, on = batched.Router(config.verify, config.threshold).decide(probs, confidence, todo, span, on)
         scored, _ = batched.Router(score_config.verify, 0.6).decide(probs, confidence, todo, span, on)
         for b in range(bs):
+            if not todo[b].any():  # the engine consults no policy once the block has nothing to commit
+                assert not verify[b] and not scored[b] and bool(on[b]) == engines[b].on
+                kept_on += bool(on[b])
+                continue
             context = engine_context(probs[b], confidence[b], todo[b], span[b], config)
             assert bool(verify[b]) == engines[b].decide(context).verify
             assert bool(on[b]) == engines[b].on
             assert bool(scored[b]) == ScoreThresholdPolicy(score_config.verify).decide(context).verify
+    assert kept_on  # rows that were ON when their block had nothing to commit stayed ON
 
 
 def engine_context(probs, confidence, todo, span, config) -> RouteContext:
@@ -192,6 +200,54 @@ def test_yaml_refusals_are_one_line(settings, message):
     assert message in str(refused.value) and "\n" not in str(refused.value)
 
 
+def request(ids=(5, 6, 7), vocab: int = 64, logprob: dict | None = None, **params):
+    """An SGLang request as the plugin's validation reads it (only the fields it reads; SGLang's defaults)."""
+    from types import SimpleNamespace
+
+    sampling = dict(n=1, stop_token_ids=None, min_p=0.0, min_new_tokens=0, frequency_penalty=0.0,
+                    presence_penalty=0.0, repetition_penalty=1.0, logit_bias=None, regex=None, json_schema=None,
+                    ebnf=None, structural_tag=None, sampling_seed=None)  # fmt: skip
+    custom = params.pop("custom_logit_processor", None)
+    return_logprob = params.pop("return_logprob", False)
+    return SimpleNamespace(
+        rid="r1", vocab_size=vocab, origin_input_ids=list(ids), return_logprob=return_logprob,
+        logprob=SimpleNamespace(**{"top_logprobs_num": 0, "token_ids_logprob": None, **(logprob or {})}),
+        custom_logit_processor=custom, sampling_params=SimpleNamespace(**{**sampling, **params}),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("req", "message"),
+    [
+        (request(ids=()), "input_ids is empty"),
+        (request(ids=(5, 64)), "input_ids holds 64, outside the model's vocabulary [0, 64)"),
+        (request(ids=(-3, 5)), "input_ids holds -3"),
+        (request(ids=(10**6,)), "input_ids holds 1000000"),
+        (request(stop_token_ids=[2, 70, -1]), "stop_token_ids holds -1"),
+        (request(n=3), "n=3: S2D2 serves one sample per request"),
+        (request(return_logprob=True), "token ids only"),
+        (request(logprob={"top_logprobs_num": 5}), "token ids only"),
+        (request(min_p=0.1, repetition_penalty=1.2), "does not apply min_p, repetition_penalty"),
+        (request(json_schema="{}"), "constrained decoding"),
+        (request(custom_logit_processor="x"), "custom_logit_processor"),
+    ],
+)
+def test_requests_the_round_cannot_serve_are_refused_in_one_line(req, message):
+    """What would fail a round (and with it SGLang's server) or be silently ignored is refused on arrival; the
+    project's LowConfidence refuses only what fails a round."""
+    from s2d2.integrations.sglang.requests import malformed_request, unhonoured_request
+
+    refusal = malformed_request(req) or unhonoured_request(req)
+    assert refusal is not None and message in refusal and "\n" not in refusal, refusal
+
+
+def test_a_plain_request_is_served():
+    from s2d2.integrations.sglang.requests import malformed_request, unhonoured_request
+
+    plain = request(ids=(0, 63), stop_token_ids=[1, 2], sampling_seed=7, temperature=0.7, top_p=0.9)
+    assert malformed_request(plain) is None and unhonoured_request(plain) is None
+
+
 def test_yaml_presets_read_as_the_engine_reads_them():
     config = decode_config({"preset": "sdar-b", "block_size": 16, "threshold": 0.8}, 16)
     assert config == config_from_settings("sdar-b", threshold=0.8, lookahead=False)
@@ -213,18 +269,6 @@ def test_the_plugins_imports_leave_the_model_adapters_alone():
 
     assert {name for name in s2d2.__all__ if getattr(s2d2, name, None) is None} == set()
     assert s2d2.generate is generate and "load_model" in dir(s2d2)
-
-
-def test_requests_with_settings_s2d2_would_ignore_are_refused():
-    from types import SimpleNamespace
-
-    from s2d2.integrations.sglang.requests import unsupported_request
-
-    plain = dict(min_p=0.0, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0, logit_bias=None,
-                 regex=None, json_schema=None, ebnf=None)  # fmt: skip
-    assert unsupported_request(SimpleNamespace(**plain)) is None
-    refusal = unsupported_request(SimpleNamespace(**{**plain, "repetition_penalty": 1.2, "regex": "[0-9]+"}))
-    assert "repetition_penalty" in refusal and "constrained decoding" in refusal
 
 
 def test_llada2_export_folds_the_routed_scaling_into_the_routed_experts(family_paths, tmp_path):
@@ -350,6 +394,97 @@ def test_exact_s2d2_in_sglang_is_the_engines_ar(batch_outputs, prompts, tiny_mod
 def test_one_at_a_time_is_the_batch(batch_outputs, prompts, exact_server):
     alone = [exact_server.generate(ids, greedy()) for ids in prompts]
     assert alone == batch_outputs
+
+
+def post(url: str, body: bytes, timeout: float = 120.0) -> tuple[int, str]:
+    """The HTTP status and text of one POST, an error status included."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as refusal:
+        return refusal.code, refusal.read().decode()
+
+
+def malformed_bodies(vocab: int, prompt: list[int]) -> list[tuple[bytes, str | None]]:
+    """Requests no server may die of, each with what its refusal must say (``None``: any clear answer, an
+    error or tokens). NaN and infinity are written as Python's json writes them, as many clients do."""
+    good = {"temperature": 0, "max_new_tokens": 8}
+
+    def body(ids=prompt, **params) -> bytes:
+        return json.dumps({"input_ids": ids, "sampling_params": {**good, **params}}).encode()
+
+    return [
+        (body(ids=[]), None),
+        (body(ids=[*prompt, vocab]), "outside the model's vocabulary"),
+        (body(ids=[10**6]), "outside the model's vocabulary"),
+        (body(ids=[-3, *prompt]), "outside the model's vocabulary"),
+        (body(ids=[2**63 - 1]), None),
+        (body(ids=[1.5, 2.5]), None),
+        (body(ids="not token ids"), None),
+        (body(stop_token_ids=[vocab + 5]), "stop_token_ids holds"),
+        (body(stop_token_ids=["x"]), None),
+        (body(n=2), "one sample per request"),
+        (json.dumps({"input_ids": prompt, "sampling_params": good, "return_logprob": True}).encode(), "token ids only"),
+        (body(max_new_tokens=-1), None),
+        (body(max_new_tokens="ten"), None),
+        (body(temperature=-1), None),
+        (body(temperature=float("nan")), None),
+        (body(temperature=float("inf")), None),
+        (body(top_p=0), None),
+        (body(top_p=2), None),
+        (body(top_p=float("nan")), None),
+        (body(top_k=-5), None),
+        (body(min_p=0.2), "does not apply min_p"),
+        (body(repetition_penalty=1.3), "does not apply repetition_penalty"),
+        (body(ids=[prompt[0]] * 40_000), None),
+        (b'{"input_ids": [1, 2,', None),
+        (b"[]", None),
+    ]
+
+
+def test_no_request_stops_the_server(exact_server, exported, prompts, tiny_model):
+    """25 malformed requests, an abort and a client that hangs up, each followed by a good request, at
+    concurrency 16: every malformed one gets an answer (its refusal's message where the plugin refuses it),
+    every good one the engine's AR output, and the server stays up through all of them."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    vocab = json.loads((Path(exported) / "config.json").read_text())["vocab_size"]
+    bad = malformed_bodies(vocab, prompts[0])
+    good = [prompts[i % len(prompts)] for i in range(len(bad))]
+    expected = ar_outputs(tiny_model, good)
+    url = f"{exact_server.url}/generate"
+
+    def abort_mid_decode() -> tuple[int, str]:
+        long = {"input_ids": prompts[1], "sampling_params": {"temperature": 0, "max_new_tokens": 400}, "rid": "abort-me"}
+        threading.Timer(1.0, post, (f"{exact_server.url}/abort_request", json.dumps({"rid": "abort-me"}).encode())).start()
+        return post(url, json.dumps(long).encode())
+
+    def hang_up() -> tuple[int, str]:
+        try:
+            return post(url, json.dumps({"input_ids": prompts[2], "sampling_params": {"max_new_tokens": 400}}).encode(), 0.5)
+        except OSError:  # the read timed out and the client closed its connection
+            return 0, "hung up"
+
+    jobs = [lambda b=b: post(url, b) for b, _ in bad] + [abort_mid_decode, hang_up]
+    jobs = [job for pair in zip(jobs, [lambda ids=ids: exact_server.generate(ids, greedy()) for ids in good + good[:2]])
+            for job in pair]  # fmt: skip
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda job: job(), jobs))
+    for (status, text), (_, message) in zip(answers[0 : 2 * len(bad) : 2], bad):
+        assert status in (200, 400, 422) and text, (status, text)
+        if message is not None:
+            assert status == 400 and message in text, text
+    statuses = Counter(status for status, _ in answers[0 : 2 * len(bad) : 2])
+    print(f"\n{len(bad)} malformed requests: " + ", ".join(f"{n} answered {s}" for s, n in sorted(statuses.items())))
+    assert answers[1::2] == expected + expected[:2]
+    assert exact_server.process.poll() is None
+    assert exact_server.generate(prompts[3], greedy()) == ar_outputs(tiny_model, [prompts[3]])[0]
+    assert "Traceback" not in exact_server.log_text()
 
 
 STOCHASTIC = {**EXACT, "acceptance": "stochastic"}

@@ -33,8 +33,8 @@ def test_results_area_makes_one_slot_per_view_with_the_views_ids():
 
 def test_each_results_tab_holds_consecutive_views():
     tabs = [tab for tab, _ in groupby(VIEWS, key=lambda view: view.slot.tab) if tab is not None]
-    assert tabs == ["Trajectory", "Residual energy", "Router", "Cost", "Table"]
-    assert [ui.tab_id(tab) for tab in tabs] == ["tab-trajectory", "tab-energy", "tab-router", "tab-cost", "tab-table"]
+    assert tabs == ["Trajectory", "Residual energy", "Router", "Cost", "Table", "Speed-up"]
+    assert [ui.tab_id(tab) for tab in tabs] == ["tab-trajectory", "tab-energy", "tab-router", "tab-cost", "tab-table", "tab-speed-up"]
 
 
 def test_a_new_figure_is_one_function_and_one_row(monkeypatch):

@@ -31,7 +31,7 @@ from sglang.srt.model_executor.forward_context import ForwardContext, forward_co
 from . import batched
 from .attention import MaskedAttention, causal_layers, draft_allowed, verifier_allowed, widened_batch
 from .launch import launch_block_size, read_yaml
-from .requests import LIVE, StateTable, unsupported_request
+from .requests import LIVE, StateTable, malformed_request, unhonoured_request
 from .settings import decode_config
 
 logger = logging.getLogger(__name__)
@@ -69,8 +69,9 @@ class S2D2(DllmAlgorithm):
 
     @classmethod
     def validate_request(cls, req):
-        """Refuse sampling settings S2D2 would ignore; keep the request so its rows can find its seed."""
-        refusal = unsupported_request(req.sampling_params)
+        """Refuse what the round would fail on or not honour (:mod:`.requests`); keep the request so its rows
+        can find its seed and state."""
+        refusal = malformed_request(req) or unhonoured_request(req)
         if refusal is None:
             LIVE.add(req)
         return refusal
@@ -90,8 +91,7 @@ class S2D2(DllmAlgorithm):
         host = torch.cat([starts, anything[None].long()]).tolist()
         if not host[-1]:
             return self._prefill(model_runner, forward_batch)
-        pool_rows = forward_batch.req_pool_indices.tolist()
-        states = self.table.for_batch(pool_rows, ids.device)
+        states = self.table.for_batch(forward_batch.rids, ids.device)
         sampling = batched.Sampling.from_batch(forward_batch.sampling_info, bs)
         for _ in range(1 if self.fdfo else self.max_steps(B)):
             logits, done, todo = self._step(model_runner, forward_batch, ids, todo, mask, states, sampling)
@@ -206,6 +206,12 @@ class LowConfidenceOwnMask(LowConfidence):
     def __init__(self, config):
         super().__init__(config)
         self.sglang_mask_id = config.mask_id
+
+    @classmethod
+    def validate_request(cls, req):
+        """Refuse what fails any dLLM round on this model (:func:`.requests.malformed_request`): SGLang's own
+        ``LowConfidence`` checks nothing, and one token id outside the vocabulary ends the server."""
+        return malformed_request(req)
 
     def run(self, model_runner, forward_batch, algo_states=None):
         self.mask_id = own_mask_id(model_runner, self.sglang_mask_id)

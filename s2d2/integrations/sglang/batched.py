@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ...acceptance import accept_probability
-from ...policies import acceptance_estimate
+from ...policies import acceptance_estimate, hysteresis_switch, route_score, score_verifies, span_verifies
 
 # Purposes of a keyed draw.
 DRAFT, ACCEPT, RESAMPLE = 1, 2, 3
@@ -117,31 +117,33 @@ def expected_accepted(alpha: torch.Tensor, span: torch.Tensor) -> tuple[torch.Te
 
 
 class Router:
-    """The routing policies (:mod:`s2d2.policies`) for a batch; ``on`` is each request's hysteresis state."""
+    """The routing policies (:mod:`s2d2.policies`, their decision rules applied to every row at once) for a
+    batch; ``on`` is each request's hysteresis state."""
 
     def __init__(self, verify, threshold: float):
         self.verify = verify
         self.threshold = threshold
 
     def decide(self, probs, confidence, todo, span, on: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(verify (bs,), hysteresis state after (bs,))``; a row without a span never verifies."""
+        """``(verify (bs,), hysteresis state after (bs,))``. The engine consults its policy only while the block
+        has positions to commit, so a row with none (its block full, waiting for its storing forward) neither
+        verifies nor changes its state."""
         v = self.verify
         length = span.sum(dim=1)
-        has_span = length > 0
+        consulted = todo.any(dim=1)
         if v.policy == "always":
-            return has_span, on
+            return consulted, on
         if v.policy == "min_span":
-            return has_span & (length >= v.tau_span), on
+            return consulted & span_verifies(length, v), on
         bs, block, vocab = probs.shape
         alpha = acceptance_estimate(probs.reshape(-1, vocab), confidence.reshape(-1), v).reshape(bs, block)
         expected, _ = expected_accepted(alpha, span)
         n_high = (todo & (confidence > self.threshold)).sum(dim=1)
-        penalty = v.c * (n_high if v.score == "dynamic" else torch.ones_like(n_high))
-        score = torch.where(has_span, expected - penalty, torch.full_like(expected, float("-inf")))
+        score = route_score(expected, n_high, length, v)
         if v.policy == "score":
-            return has_span & (score >= v.tau_score), on
-        on = torch.where(on, score >= v.tau_off, score > v.tau_on)
-        return has_span & on, on
+            return consulted & score_verifies(score, v), on
+        on = torch.where(consulted, hysteresis_switch(on, score, v), on)
+        return consulted & on, on
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Right or wrong on the page, and the walk-through of one verification, from real decodes of the bundled model."""
+"""What the page teaches with, from real decodes of the bundled model: right or wrong, the walk-through of one
+verification, and the expected speed-up from measured acceptance."""
 
 from __future__ import annotations
 
@@ -101,3 +102,26 @@ def test_the_walk_through_explains_a_skipped_verification(bundled):
     skipped = next(i for i, s in enumerate(trace.steps) if s.route is not None and not s.route.verify)
     parts = walk_parts(trace, skipped)
     assert len(parts) == 2 and "skipped verification" in parts[1].text
+
+
+def test_the_speed_up_curve_runs_from_one_correction_to_a_whole_span():
+    from components.speedup import constant_curve
+
+    curve = constant_curve(16, forwards=2)
+    assert curve[0] == pytest.approx(0.5), "α = 0: each verification commits only its correction"
+    assert curve[-1] == pytest.approx(8.0), "α = 1: the whole span of 16 in two forwards"
+    assert all(a <= b for a, b in zip(curve, curve[1:])), "more acceptance never costs more"
+
+
+def test_measured_acceptance_counts_every_verified_draft_once(bundled):
+    from components.speedup import acceptance_by_offset, measured, speedup_figure
+
+    trace = _sampling_example(bundled)
+    counts = acceptance_by_offset(trace)
+    accepted = sum(p.outcome == "accepted" for s in trace.steps if s.accepted is not None for p in s.positions)
+    assert sum(a for _, a in counts) == accepted == sum(s.accepted for s in trace.steps if s.accepted is not None)
+    assert all(n_next <= n for (n, _), (n_next, _) in zip(counts, counts[1:])), "a draft is tested only after its span's earlier ones"
+    numbers = measured(trace)
+    assert numbers["spent"] == pytest.approx(trace.summary.generated_tokens / trace.summary.nfe)
+    figure = speedup_figure({"S2D2": trace})
+    assert figure.data[-1].x[0] == pytest.approx(numbers["alpha"]) and figure.data[-1].y[0] == pytest.approx(numbers["spent"])
