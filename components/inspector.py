@@ -16,14 +16,10 @@ import html
 from s2d2.decisions import Decision, acceptance_test, decisions_at, has_detail, missing_detail, rule_test
 from s2d2.trace import RESAMPLED, Trace
 
-from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome, display_token
+from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome, display_token, token_quoter
 from .whatif import what_if_offer
 
 KEYS = "click a cell or a token · ← → position · ↑ ↓ step"
-
-
-def _show(trace: Trace):
-    return lambda token: "‘" + display_token(trace.text_of(token)) + "’"
 
 
 def inspector_hint(run: str) -> str:
@@ -115,7 +111,7 @@ def inspector_html(trace: Trace | None, run: str, index: int, position: int) -> 
             note += "."
         return f'<div class="inspector" {attrs}>{head}<p class="insp-note">{note}</p></div>'
     d = found[index]
-    r, show = d.record, _show(trace)
+    r, show = d.record, token_quoter(trace)
     parts = [head]
     if r.outcome:
         outcome = display_outcome(trace.method, r.outcome)

@@ -70,3 +70,8 @@ def display_token(text: str) -> str:
     for marker, plain in MARKERS.items():
         text = text.replace(marker, plain)
     return text
+
+
+def token_quoter(trace):
+    """``show(token id)`` → the token as the inspector quotes it, ‘like this’, in ``trace``'s vocabulary."""
+    return lambda token: "‘" + display_token(trace.text_of(token)) + "’"

@@ -14,14 +14,10 @@ import html
 from s2d2.decisions import acceptance_test, decisions_at
 from s2d2.trace import ACCEPTED, Trace
 
-from .palette import display_token
+from .palette import display_token, token_quoter
 
 MOST_OFFERED = 4  # the drafter's next most likely tokens offered in place of its draft
 SHOWN_TOKENS = 12  # of each text, from where they part
-
-
-def _show(trace: Trace):
-    return lambda token: "‘" + display_token(trace.text_of(token)) + "’"
 
 
 def what_if_offer(trace: Trace, run: str, index: int, record) -> str:
@@ -31,7 +27,7 @@ def what_if_offer(trace: Trace, run: str, index: int, record) -> str:
     others = [token for token, _ in record.p_top if token != record.token][:MOST_OFFERED]
     if not others:
         return ""
-    show = _show(trace)
+    show = token_quoter(trace)
     buttons = "".join(
         f'<button type="button" class="whatif-go" data-run="{run}" data-step="{index}" '
         f'data-position="{record.position}" data-token="{token}">{html.escape(show(token))}</button>'
@@ -52,7 +48,7 @@ def _forced_decision(forced: Trace):
 
 def _verdict(forced: Trace, decision) -> str:
     """What the verifier (or the fallback) did with the forced draft, in the inspector's words."""
-    test = acceptance_test(forced, decision, _show(forced))
+    test = acceptance_test(forced, decision, token_quoter(forced))
     if test is not None:
         return f"Verifier: {test}."
     if decision.record.outcome:
@@ -68,7 +64,7 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 def what_if_html(original: Trace, forced: Trace, run: str) -> str:
     """The forced run beside the original: the verdict on the forced draft, the text, the cost."""
     f = forced.forced
-    show = _show(forced)
+    show = token_quoter(forced)
     index, decision = _forced_decision(forced)
     position = f["position"]
     head = (
