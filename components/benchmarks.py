@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -108,7 +109,9 @@ def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.
     key, label = AXES[axis]
     fig = go.Figure()
     groups = marker_groups(rows)
-    for name, style, members in groups:
+    # AR is drawn last, over the rest (it is the reference every other marker is read against; drawn first, a
+    # square hid its star), and keeps its place at the legend's head by its rank.
+    for rank, (name, style, members) in sorted(enumerate(groups), key=lambda g: g[1][0] == "AR"):
         members = sorted(members, key=lambda r: r[key])
         is_open = style["symbol"].endswith("-open")
         fig.add_trace(
@@ -119,15 +122,16 @@ def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.
                 line=dict(color=style["color"], width=1, dash="dot"),
                 marker=dict(
                     **style,
-                    size=12,
+                    size=16 if name == "AR" else 12,
                     line=dict(color=style["color"], width=2) if is_open else dict(color="white", width=1),
                 ),
                 name=name,
+                legendrank=rank,
                 text=[r["method"] for r in members],
                 hovertemplate="%{text}<br>accuracy %{y:.1f}%<br>" + label + " %{x:.3g}<extra></extra>",
             )
         )
-    fig.update_xaxes(title_text=label, type="log", gridcolor="#e2e8f0")
+    fig.update_xaxes(title_text=label, type="log", gridcolor="#e2e8f0", tickvals=log_ticks([r[key] for r in rows]))
     fig.update_yaxes(title_text="accuracy, average over task families (%)", gridcolor="#e2e8f0")
     legend_rows = (len(groups) + 1) // 2
     kinds_shown = any(name.startswith("S2D2 ") for name, _, _ in groups)
@@ -148,6 +152,22 @@ def frontier_figure(rows: list[dict], axis: str = "nfe", title: str = "") -> go.
         ),
     )
     return fig
+
+
+def log_ticks(values: list[float]) -> list[float]:
+    """Tick values 1, 2, 5 × 10^k spanning ``values``: a log axis then reads as round numbers, never as
+    Plotly's bare minor digits ("6 7 8 9 10 2 3")."""
+    positive = [v for v in values if v and v > 0]
+    if not positive:
+        return []
+    low, high = min(positive), max(positive)
+    ticks, decade = [], 10.0 ** math.floor(math.log10(low))
+    while decade <= high * 10:
+        ticks += [m * decade for m in (1, 2, 5)]
+        decade *= 10
+    below = max((t for t in ticks if t <= low), default=ticks[0])
+    above = min((t for t in ticks if t >= high), default=ticks[-1])
+    return [round(t, 12) for t in ticks if below <= t <= above]
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:

@@ -528,6 +528,14 @@ def lookahead_counts(trace: Trace) -> dict[str, int]:
     return counts
 
 
+def kind_name(kind: str, runs: dict[str, Trace]) -> str:
+    """A forward kind's legend name; AR's forwards are drafts of a one-token block, which the legend says
+    when an AR run is drawn (a bare "draft" read as if AR drafted and never verified)."""
+    if kind == "draft" and any(trace.config.get("method") == "ar" for trace in runs.values()):
+        return "draft (AR: each forward drafts its one token)"
+    return kind
+
+
 def cost_figure(runs: dict[str, Trace]) -> go.Figure:
     """Forwards by kind and decode wall time, one bar per run; lookahead forwards beside them when present."""
     names = list(runs)
@@ -541,7 +549,7 @@ def cost_figure(runs: dict[str, Trace]) -> go.Figure:
                 go.Bar(
                     x=names,
                     y=counts,
-                    name=kind,
+                    name=kind_name(kind, runs),
                     marker_color=KIND_COLORS[kind],
                     offsetgroup="nfe",
                     hovertemplate=f"{kind}: %{{y}}<extra></extra>",
@@ -557,7 +565,7 @@ def cost_figure(runs: dict[str, Trace]) -> go.Figure:
                 go.Bar(
                     x=names,
                     y=counts,
-                    name=f"verify with lookahead, {outcome}",
+                    name=f"of those verifies: with lookahead, {outcome}",
                     marker=dict(color=color, pattern=dict(shape="/")),
                     offsetgroup="lookahead",
                     hovertemplate=f"lookahead {outcome}: %{{y}}<extra></extra>",

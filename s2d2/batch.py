@@ -2,7 +2,7 @@
 
 Each prompt is decoded by its own :class:`~s2d2.decode.Decoder`, the same
 loop and parts as one prompt at a time, with its own block state, position
-ids, random generator and trace, running in a thread of its own. What is
+ids, random generator and trace, running in a greenlet of its own. What is
 batched is the model call: a row's session (:class:`RowSession`) hands every
 forward to a :class:`BatchScheduler`, which waits until each live row has
 asked for one, runs them as one forward over the batch and hands each row its
@@ -19,11 +19,14 @@ different KV (a rejection, a discarded lookahead), stop at different steps.
 - Each row's attention mask sees its own valid slots and, among the new
   positions, what its own mask allows; padding sees only itself. Positions are
   explicit per row, so rotary positions are each row's own.
-- Between forwards the rows run their steps one after another, a turn passing
-  from row to row, never side by side: threads that run together fight over
-  the interpreter lock at every tensor operation (with all rows woken at once,
-  AR at batch 16 ran at 8.2 problems per second on the 2-core CPU; taking
-  turns, 10.9: docs/BENCHMARKS.md).
+- Between forwards the rows run their steps one after another, in lockstep
+  and without threads: each row's decoder runs in a greenlet (a coroutine
+  with its own stack), and asking for a forward switches back to the
+  scheduler, which resumes the next row, and runs the round once every live
+  row has asked. Nothing waits on a lock or an OS scheduler, so a busy CPU
+  slows a batch only by its share of the cores (threads taking turns spent
+  their hand-offs waiting for a time slice: the suite's sampled tests took
+  40 s alone and up to 200 s beside another process).
 - A joining prompt's prefill is much wider than the others' steps (an AR
   step feeds two tokens). When padding every row to its width would cost more
   than a forward's fixed cost, the joiners' prefills run apart on a cache of
@@ -43,13 +46,14 @@ row ``i`` decodes exactly as ``generate(model, prompts[i], config.replace(seed=s
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
+from greenlet import getcurrent, greenlet
 from transformers import DynamicCache
 
 from .config import DecodeConfig
@@ -119,16 +123,12 @@ class BatchScheduler:
         self.cache = DynamicCache(config=model.model.config)
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=model.device)  # (cache rows, slots)
         self.slots: list[int] = []  # the row each cache row holds
-        # One lock over the rows' requests and the cache; the scheduler waits on ``all_asked``, each row on
-        # its own event. Rows take turns: after a round only the first row served runs its step, and each row
-        # hands the turn on when it asks for its next forward (or ends). One runnable thread at a time, so the
-        # interpreter lock, which every tensor operation releases and takes back, is never fought over.
-        self.lock = threading.Lock()
-        self.all_asked = threading.Condition(self.lock)
+        # The rows' parked forwards and their answers; rows park by switching to ``hub``, the greenlet that
+        # runs ``run``'s loop, which resumes them in turn.
         self.pending: dict[int, _Request] = {}
         self.results: dict[int, tuple[torch.Tensor, float] | BaseException] = {}
-        self.served: dict[int, threading.Event] = {}
-        self.turns: deque[int] = deque()  # rows waiting for their turn to step
+        self.rows: dict[int, greenlet] = {}
+        self.hub: greenlet | None = None
         self.live: set[int] = set()
         self.forwards = 0
         self.tokens = 0  # positions computed, padding included: a batched forward costs rows × widest row
@@ -139,31 +139,17 @@ class BatchScheduler:
         return lambda record: RowSession(cache=_RowCache(self, row), record=record, scheduler=self, row=row)
 
     def submit(self, row: int, request: _Request) -> tuple[torch.Tensor, float]:
-        """Wait for the round that serves this row's forward; returns its logits and the forward's seconds."""
-        with self.lock:
-            self.pending[row] = request
-            self._pass_turn()
-        self._wait_turn(row)
-        with self.lock:
-            result = self.results.pop(row)
+        """Park this row's forward until the round that serves it; returns its logits and the forward's seconds."""
+        self.pending[row] = request
+        self.hub.switch()
+        result = self.results.pop(row)
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def _wait_turn(self, row: int) -> None:
-        self.served[row].wait()
-        self.served[row].clear()
-
-    def _pass_turn(self) -> None:
-        """(Lock held.) Wake the next row waiting for its turn, or the scheduler once every live row has asked."""
-        if self.turns:
-            self.served[self.turns.popleft()].set()
-        elif len(self.pending) == len(self.live):
-            self.all_asked.notify()
-
     def forget(self, row: int, count: int) -> None:
         """Drop a row's newest ``count`` slots (a crop): they stay in the cache, seen by nobody."""
-        with self.lock, torch.inference_mode():
+        with torch.inference_mode():
             index = self.slots.index(row)
             owned = self.valid[index].nonzero().flatten()
             self.valid[index, owned[len(owned) - count :]] = False
@@ -175,20 +161,18 @@ class BatchScheduler:
 
         Returns ``(traces, errors)`` by row.
         """
-        queue, threads = deque(range(len(jobs))), []
+        queue = deque(range(len(jobs)))
         traces: dict[int, Trace] = {}
         errors: dict[int, BaseException] = {}
+        self.hub = getcurrent()
 
         def row_main(row: int) -> None:
             try:
-                self._wait_turn(row)
                 traces[row] = jobs[row](self.new_session(row))
             except BaseException as err:  # noqa: BLE001 - handed to the caller, which raises it
                 errors[row] = err
             finally:
-                with self.lock:
-                    self.live.discard(row)
-                    self._pass_turn()
+                self.live.discard(row)
 
         # Prompts join a few at a time: a joining row's prefill either pads the whole round to its width or
         # costs a forward of its own (``_round``), so letting a quarter of the batch free up first shares
@@ -198,30 +182,27 @@ class BatchScheduler:
         def may_join() -> bool:
             return bool(queue) and (batch_size - len(self.live) >= min(refill, len(queue)) or not self.live)
 
-        with self.lock:
-            while True:
-                joining = may_join()
-                while joining and queue and len(self.live) < batch_size:
-                    row = queue.popleft()
-                    self._join(row)
-                    self.live.add(row)
-                    self.served[row] = threading.Event()
-                    self.turns.append(row)
-                    threads.append(threading.Thread(target=row_main, args=(row,), daemon=True))
-                    threads[-1].start()
-                self._pass_turn()  # every live row is waiting here: start the chain of turns
-                self.all_asked.wait_for(lambda: not self.turns and len(self.pending) == len(self.live))
-                if may_join():
-                    continue  # rows left: let the next prompts join this round
-                if not self.live:
-                    break
-                self.turns.extend(self._round())
-        for thread in threads:
-            thread.join()
+        turns: list[int] = []  # rows to resume, in order, before the next round: each runs until it parks or ends
+        while True:
+            joining = may_join()
+            while joining and queue and len(self.live) < batch_size:
+                row = queue.popleft()
+                self._join(row)
+                self.live.add(row)
+                self.rows[row] = greenlet(partial(row_main, row))
+                turns.append(row)
+            for row in turns:
+                self.rows[row].switch()
+            if may_join():
+                turns = []
+                continue  # rows left: let the next prompts join this round
+            if not self.live:
+                break
+            turns = self._round()
         return traces, errors
 
     def _round(self) -> list[int]:
-        """One round of forwards serving every live row (all of which are waiting for it); returns the rows served.
+        """One round of forwards serving every live row (all of which have parked a forward); returns the rows served.
 
         Usually one forward over the batch. When rows that have no KV yet (a joining prompt's prefill) are
         so much wider than the rest that padding everyone to their width costs more than a forward's fixed

@@ -97,7 +97,8 @@ def test_router_figure_has_one_decision_per_step(runs):
 
 def test_cost_figure_and_table_match_summaries(runs):
     fig = cost_figure(runs)
-    stacked = [t for t in fig.data if t.type == "bar" and t.name in ("prefill", "draft", "verify", "commit")]
+    stacked = [t for t in fig.data if t.type == "bar" and (t.name or "").split(" (")[0] in ("prefill", "draft", "verify", "commit")]
+    assert "draft (AR: each forward drafts its one token)" in [t.name for t in stacked]
     totals = [sum(t.y[i] for t in stacked) for i in range(3)]
     assert totals == [t.summary.nfe for t in runs.values()]
     table = stats_table(runs)
@@ -262,7 +263,7 @@ def test_cost_figure_shows_lookahead_forwards_when_recorded(runs):
     for i, f in enumerate(trace.forwards):
         f.lookahead = "used" if i % 2 else "discarded"
     names = [t.name for t in cost_figure({"S2D2": trace}).data]
-    assert "verify with lookahead, used" in names and "verify with lookahead, discarded" in names
+    assert "of those verifies: with lookahead, used" in names and "of those verifies: with lookahead, discarded" in names
 
 
 def test_stream_yields_partial_traces_then_the_result(tiny_model):
@@ -324,7 +325,8 @@ def test_frontier_gives_each_kind_of_s2d2_configuration_its_own_legend_entry():
         row("dynamic B=8 τ=0.5", 7, DecodeConfig(method="dynamic")),
     ]
     fig = frontier_figure(rows, "nfe")
-    by_name = {t.name: t for t in fig.data}
+    assert fig.data[-1].name == "AR"  # drawn over the other markers
+    by_name = {t.name: t for t in sorted(fig.data, key=lambda t: t.legendrank)}
     assert list(by_name) == [
         "AR",
         "threshold",
@@ -426,3 +428,28 @@ def test_edits_are_ringed_in_the_trajectory_and_appear_with_their_step():
             assert sorted(zip(frame["data"][2]["x"], frame["data"][2]["y"])) == sorted(e for e in edits if e[1] <= k)
         final_strip = figure.data[0].text[0]
         assert [final_strip[i] for i, _ in edits] == [display_token(trace.output_tokens[i]) for i, _ in edits]
+
+
+def test_benchmark_axes_read_as_round_numbers_and_figure_3_shows_the_top_of_the_scale():
+    """A log axis ticks 1-2-5 values spanning the data (not Plotly's bare minor digits); Figure 3's y axis
+    starts under its lowest point rather than at 0, and the AR label sits under its line (above it, at 100%,
+    it ran into the panel's title)."""
+    from components.benchmarks import log_ticks
+    from components.study import scaling_figure
+
+    assert log_ticks([6.3, 9.0, 27.5]) == [5.0, 10.0, 20.0, 50.0]
+    assert log_ticks([1.0, 100.0]) == [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+    assert log_ticks([]) == []
+    rows = [
+        {"method": "AR", "accuracy_by_family": {"chains": 1.0}, "nfe_by_family": {"chains": 30.0}},
+        *(
+            {"method": f"dynamic B={B} τ=0.9", "accuracy_by_family": {"chains": a}, "nfe_by_family": {"chains": 9.0}}
+            for B, a in ((4, 0.99), (16, 0.97), (32, 0.955))
+        ),
+    ]
+    meta = {"dynamic_best_tau": {str(B): f"dynamic B={B} τ=0.9" for B in (4, 16, 32)}}
+    fig = scaling_figure(rows, meta, ["chains"])
+    low, high = fig.layout.yaxis.range
+    assert 85 <= low <= 95.5 - 3 and high > 100
+    (label,) = [a for a in fig.layout.annotations if a.text.startswith("AR ")]
+    assert label.text == "AR 100.0%" and label.yanchor == "top"
