@@ -295,6 +295,19 @@
       sendRequest(`${run}|whatif|${step}|${position}|${token}|${nonce}`);
       return;
     }
+    const rewind = event.target.closest(".rewind-go");
+    if (rewind) {
+      // A rewind decodes the run again from its step with the form's settings: a whole decode, like a what-if.
+      const { run, step, position } = rewind.dataset;
+      const form = rewind.closest(".rewind-offer");
+      const value = (name) => form.querySelector(`[name="${name}"]`).value;
+      const settings = ["method", "acceptance", "policy", "threshold"].map(value).join("|");
+      delete inspecting[run];
+      form.innerHTML = `<span class="whatif-busy">Decoding again from step ${step} with ${value("method")}…</span>`;
+      nonce += 1;
+      sendRequest(`${run}|rewind|${step}|${position}|${settings}|${nonce}`);
+      return;
+    }
     const back = event.target.closest(".whatif-back");
     if (back) {
       inspect(back.closest(".inspector").dataset.run, Number(back.dataset.step), Number(back.dataset.position));

@@ -17,7 +17,7 @@ from s2d2.decisions import Decision, acceptance_test, decisions_at, has_detail, 
 from s2d2.trace import RESAMPLED, Trace
 
 from .palette import OUTCOME_COLORS, OUTCOME_LABELS, display_outcome, display_token, token_quoter
-from .whatif import what_if_offer
+from .whatif import rewind_offer, what_if_offer
 
 KEYS = "click a cell or a token · ← → position · ↑ ↓ step"
 
@@ -153,4 +153,5 @@ def inspector_html(trace: Trace | None, run: str, index: int, position: int) -> 
             f"Walk me through step {index}, part by part</button>"
         )
     parts.append(what_if_offer(trace, run, index, r))
+    parts.append(rewind_offer(trace, run, index, position))
     return f'<div class="inspector" {attrs}>{"".join(parts)}</div>'

@@ -8,6 +8,7 @@ field gets its control here without an edit.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import tempfile
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from s2d2.config import PRESETS, DecodeConfig
+from s2d2.config import PRESETS, DecodeConfig, read_settings
 from s2d2.decode import DecodeCancelled, generate
 from s2d2.forcing import ForcedDraft
+from s2d2.rewind import Rewind
 from s2d2.settings import Setting
 from s2d2.trace import Trace
 
@@ -46,7 +48,7 @@ from .runner import (
     stream_all,
 )
 from .views import UNCHANGED, VIEWS, Slot, View, build_views, live_views
-from .whatif import what_if_html
+from .whatif import REWIND_FIELDS, rewind_html, what_if_html
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 DEMO_COMPARISON = ASSETS / "demo_comparison.json"
@@ -339,7 +341,8 @@ def inspect(asked: str, request: gr.Request = None) -> list:
     """The inspector panels for a request from the page: ``run|step|position|nonce`` opens one,
     ``run|close|nonce`` closes it, ``run|guide|step|part|nonce`` shows the walk-through of a step
     (``step`` may be ``auto``), ``run|whatif|step|position|token|nonce`` decodes the run again with that
-    draft forced; the other panel stays as it is."""
+    draft forced, ``run|rewind|step|position|method|acceptance|policy|threshold|nonce`` decodes it again
+    with those settings from that step; the other panel stays as it is."""
     run, *rest = (asked or "").split("|")
     updates = {name: gr.update() for name in PLOT_IDS}
     if run not in PLOT_IDS:
@@ -350,6 +353,9 @@ def inspect(asked: str, request: gr.Request = None) -> list:
         return list(updates.values())
     if rest[:1] == ["whatif"] and len(rest) >= 4:
         updates[run] = what_if(trace, run, rest[1], rest[2], rest[3])
+        return list(updates.values())
+    if rest[:1] == ["rewind"] and len(rest) >= 3 + len(REWIND_FIELDS):
+        updates[run] = rewind(trace, run, rest[1], rest[2], dict(zip(REWIND_FIELDS, rest[3:])))
         return list(updates.values())
     try:
         step, position = int(rest[0]), int(rest[1])
@@ -372,11 +378,34 @@ def what_if(trace: Trace | None, run: str, step: str, position: str, token: str)
         model = MODELS.get(trace.model)
         again = generate(model, trace.prompt_ids, DecodeConfig.from_dict(trace.config), forced=forced)
     except (ValueError, OSError) as err:
-        return (
-            f'<div class="inspector" data-run="{run}"><p class="insp-note">Cannot decode this what-if: '
-            f"{html.escape(str(err))}</p></div>"
-        )
+        return _cannot(run, "this what-if", err)
     return what_if_html(trace, again, run)
+
+
+def rewind(trace: Trace | None, run: str, step: str, position: str, settings: dict[str, str]) -> str:
+    """The run decoded again from one step with other settings (:mod:`s2d2.rewind`), set beside the
+    original; settings that cannot be read or switched mid-run are said in the panel."""
+    try:
+        index, at = int(step), int(position)
+        if trace is None or not 0 <= index < len(trace.steps):
+            raise ValueError("there is no such step in this page's run")
+        original = DecodeConfig.from_dict(trace.config)
+        given = read_settings(settings)
+        verify = dataclasses.replace(original.verify, acceptance=given["acceptance"], policy=given["policy"])
+        config = dataclasses.replace(original, method=given["method"], threshold=given["threshold"], verify=verify)
+        record = trace.steps[index]
+        model = MODELS.get(trace.model)
+        again = generate(model, trace.prompt_ids, original, rewind=Rewind(record.block, record.step, config))
+    except (ValueError, OSError) as err:
+        return _cannot(run, "this rewind", err)
+    return rewind_html(trace, again, run, at)
+
+
+def _cannot(run: str, what: str, err: Exception) -> str:
+    return (
+        f'<div class="inspector" data-run="{run}"><p class="insp-note">Cannot decode {what}: '
+        f"{html.escape(str(err))}</p></div>"
+    )
 
 
 def status_html(message: str, kind: str = "info") -> str:

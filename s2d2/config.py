@@ -323,6 +323,11 @@ class DecodeConfig:
             )
 
     @property
+    def verifies(self) -> bool:
+        """Whether S2D2's verifier runs (the baselines and AR commit without one)."""
+        return self.method == "s2d2"
+
+    @property
     def commit_rule(self) -> str:
         """The diffusion commit rule: what the baseline does, and S2D2 when it skips."""
         if self.method == "s2d2":

@@ -30,6 +30,7 @@ from . import trace as tr
 from .blocks import BlockState, Draft, StepDecision
 from .config import DecodeConfig
 from .forcing import ForcedDraft
+from .rewind import Rewind
 from .models.base import BlockCache, BlockDiffusionModel, ForwardRecorder, KVSession
 from .policies import make_policy
 from .recorder import Recorder
@@ -57,10 +58,13 @@ class Decoder:
         on_progress: Callable[[int, int], None] | None = None,
         new_session: Callable[[ForwardRecorder], KVSession] | None = None,
         forced: ForcedDraft | None = None,
+        rewind: Rewind | None = None,
     ):
         self.model = model
         self.forced = forced  # a what-if run's one forced draft (s2d2.forcing)
         self.forced_record: dict | None = None
+        self.rewind = rewind  # a rewound run's switch of settings (s2d2.rewind), checked by generate
+        self.switched_from: tuple[int, DecodeConfig] | None = None  # (steps before, settings before) the switch
         self.official = model.official if config.accounting == "official" else None
         # Where the run's forwards go: the model's own session, or one row of a batch (s2d2.batch).
         self.new_session = with_official_block_cache(
@@ -68,14 +72,12 @@ class Decoder:
         )
         # Fast-dLLM v2's official code appends the token its last commit forward predicts, at the budget.
         self.token_past_budget = bool(self.official and self.official.appends_next_token)
-        self.config = config
         self.should_stop = should_stop
         self.on_progress = on_progress
         self.device = model.device
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
-        self.rule = RULES[config.commit_rule]
-        self.policy = make_policy(config.verify) if config.method == "s2d2" else None
-        self.verifier: Verifier | None = None  # S2D2's, made with the run's session
+        self.session: KVSession | None = None
+        self._use(config)
         warn_untrained_block_length(model, config)
         self.stops = set(model.stop_token_ids)
         # Where stops are looked for: after every step, or only in complete blocks (then a finished block's
@@ -89,9 +91,12 @@ class Decoder:
     # -- bookkeeping -------------------------------------------------------
 
     def _begin(self, block: BlockState, step: int) -> None:
-        """Forwards from here on belong to ``step`` of ``block``."""
+        """Forwards from here on belong to ``step`` of ``block`` (and a rewind's settings apply from there)."""
         if self.should_stop and self.should_stop():
             raise DecodeCancelled("decoding was cancelled")
+        if self.rewind is not None and self.switched_from is None and self.rewind.applies(block.index, step):
+            self.switched_from = (len(self.recorder.steps), self.config)
+            self._use(self.rewind.config)
         self.recorder.begin(block.index, step)
 
     def _budget(self, prompt_length: int) -> tuple[int, int | None]:
@@ -115,10 +120,8 @@ class Decoder:
         prompt_length = len(prompt_ids)
         total, cap = self._budget(prompt_length)
         ids = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
-        session = self.new_session(self.recorder.forward)
-        if self.policy is not None:
-            self.verifier = Verifier(self.model, cfg, session, self.policy, self.generator, self.recorder,
-                                     self.incremental)  # fmt: skip
+        session = self.session = self.new_session(self.recorder.forward)
+        self._use(cfg)
 
         start_time = time.perf_counter()
         prefilled = prompt_length // B * B
@@ -145,18 +148,29 @@ class Decoder:
         wall = time.perf_counter() - start_time
         if cap is not None:
             generated = generated[:cap]
-        trace = self.recorder.trace(self.model, cfg, prompt_ids, prompt_text, generated, stop_reason, wall)
+        trace = self.recorder.trace(self.model, self.config, prompt_ids, prompt_text, generated, stop_reason, wall)
+        if self.rewind is not None:
+            trace = self.rewind.mark(trace, self.switched_from)
         return trace if self.forced is None else self.forced.mark(trace, self.forced_record)
+
+    def _use(self, config: DecodeConfig) -> None:
+        """Decode with ``config`` from here: its commit rule and, for S2D2, a fresh router and verifier on the
+        run's session (a rewind's new settings start without router state built under the old ones)."""
+        self.config = config
+        self.rule = RULES[config.commit_rule]
+        self.policy = make_policy(config.verify) if config.verifies else None
+        self.verifier = None
+        if self.policy is not None and self.session is not None:
+            self.verifier = Verifier(self.model, config, self.session, self.policy, self.generator, self.recorder,
+                                     self.incremental)  # fmt: skip
 
     def _store_block(self, session: KVSession, block: BlockState, step: int, stopped: bool):
         """Store a finished block's KV; returns what of it rides on the next draft as its commit.
 
-        ``official`` spends a commit forward exactly where the family's
-        official code does, keeping causal the rows its code keeps causal
-        (:meth:`~s2d2.models.base.BlockDiffusionModel.official_commit_causal_rows`).
-        ``fused`` stores nothing that nothing will read (the last block, a
-        stopped one, a block already stored by incremental KV or a lookahead)
-        and rides the rest on the next block's first draft, unless the family
+        ``official`` spends a commit forward where the family's official code does, with the causal rows its
+        code keeps (:meth:`~s2d2.models.base.BlockDiffusionModel.official_commit_causal_rows`). ``fused``
+        stores nothing that nothing will read (the last block, a stopped one, a block already stored by
+        incremental KV or a lookahead) and rides the rest on the next block's first draft, unless the family
         needs it stored now (:meth:`~s2d2.models.base.BlockDiffusionModel.defer_commit`).
         """
         official, causal_rows = self.official, 0
@@ -231,20 +245,12 @@ class Decoder:
         block.commit({0: (int(token_id), tr.CARRIED)})
         self.recorder.record_carried(block, int(token_id), p)
 
-    def _step(
-        self,
-        session: KVSession,
-        block: BlockState,
-        step: int,
-        window_step: int,
-        candidates: list[bool],
-        pending,
-        window_end: int,
-    ) -> int:
+    def _step(self, session: KVSession, block: BlockState, step: int, window_step: int, candidates: list[bool],
+              pending, window_end: int) -> int:  # fmt: skip
         """One step over ``candidates`` (``window_end``: where the current sub-block ends): draft → edits →
         route and verify → commit → record. Returns the edit count."""
-        cfg = self.config
         self._begin(block, step)
+        cfg = self.config
         draft = self._draft(session, block, pending)
         if self.forced is not None and self.forced.applies(block, step):
             draft, drafted = self.forced.apply(draft, block)
@@ -367,7 +373,12 @@ def generate(
     should_stop: Callable[[], bool] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     forced: ForcedDraft | None = None,
+    rewind: Rewind | None = None,
 ) -> tr.Trace:
     """Decode ``prompt`` (text, wrapped in the chat template, or token ids) with ``config``; ``forced`` puts
-    one token of your choosing into one step's draft (a what-if run, :mod:`s2d2.forcing`)."""
-    return Decoder(model, config, should_stop, on_progress, forced=forced).run(*encode_prompt(model, prompt))
+    one token of your choosing into one step's draft (a what-if run, :mod:`s2d2.forcing`); ``rewind`` goes
+    on with other settings from one step (:mod:`s2d2.rewind`)."""
+    if rewind is not None:
+        rewind.check(config)
+    decoder = Decoder(model, config, should_stop, on_progress, forced=forced, rewind=rewind)
+    return decoder.run(*encode_prompt(model, prompt))

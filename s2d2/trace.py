@@ -12,12 +12,13 @@ from dataclasses import asdict, dataclass, field, fields
 
 from .policies import RouteRecord  # a policy's decision, recorded as it made it
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Version 2 had no ``exactness``; it is derived from the stored config when such a trace is read.
 # Version 3 had no decision detail (top-k of p, q and the residual, u, the rule's threshold): it reads as it is,
 # keeping its version, so the inspector can say the detail was never recorded.
 # Versions 2-4 had no ``forced`` (the what-if run's forced draft): nothing was forced in them.
-READABLE_VERSIONS = (2, 3, 4, 5)
+# Versions 2-5 had no ``rewound`` (a run that switched settings at one step): none of them did.
+READABLE_VERSIONS = (2, 3, 4, 5, 6)
 DETAIL_VERSION = 4  # the first version whose traces record the decision at each position
 
 FORWARD_KINDS = ("prefill", "draft", "verify", "commit")
@@ -166,6 +167,7 @@ class Trace:
     token_text: dict = field(default_factory=dict)
     exactness: dict = field(default_factory=dict)  # DecodeConfig.exactness(): {"exact": bool, "reasons": [...]}
     forced: dict | None = None  # a what-if run's forced draft (s2d2.forcing): block, step, position, token, drafted
+    rewound: dict | None = None  # a rewound run's switch (s2d2.rewind): block, step, changed {name: {before, after}}
     schema_version: int = SCHEMA_VERSION
 
     def text_of(self, token_id: int) -> str:
@@ -192,6 +194,8 @@ class Trace:
             data = {**data, "exactness": _exactness_of(data.get("config")), "schema_version": 3}
         if data["schema_version"] < 5:  # before what-if runs nothing was forced; the version stays
             data = {**data, "forced": None}
+        if data["schema_version"] < 6:  # before rewinds no run switched settings; the version stays
+            data = {**data, "rewound": None}
         missing = [f.name for f in fields(cls) if f.name not in data]
         if missing:
             raise ValueError(f"not an S2D2 trace: missing {', '.join(missing)}")

@@ -472,6 +472,7 @@ def test_each_page_inspects_its_own_live_runs(browser, app_url):
                     assert f"‘{shown}’ committed" in said, (said, shown)
         pages[0].screenshot(path=str(SHOTS / "14-own-run-inspected.png"), full_page=False)
         what_if_on_the_open_token(pages[0])
+        rewind_from_the_open_step(pages[0])
     finally:
         for page in pages:
             page.context.close()
@@ -497,6 +498,33 @@ def what_if_on_the_open_token(page) -> None:
     page.screenshot(path=str(SHOTS / "20-what-if.png"), full_page=False)
     answer.locator(".whatif-back").click()
     back = page.locator(f'#inspector-s2d2 .inspector[data-step="{step}"][data-position="{position}"] .whatif-go')
+    expect(back.first).to_be_visible(timeout=10_000)
+
+
+def rewind_from_the_open_step(page) -> None:
+    """The open S2D2 inspector's Rewind form: dynamic at another τ from this step decodes the page's own run again,
+    and the panel says what changed, what it cost and that the new run is not exact; Back returns."""
+    from playwright.sync_api import expect
+
+    panel = page.locator("#inspector-s2d2 .inspector")
+    step, position = panel.get_attribute("data-step"), panel.get_attribute("data-position")
+    offer = panel.locator(".rewind-offer")
+    offer.locator("summary").click()
+    offer.locator('select[name="method"]').select_option("dynamic")
+    tau = offer.locator('input[name="threshold"]')
+    before = float(tau.input_value())
+    after = 0.3 if before != 0.3 else 0.5
+    tau.fill(str(after))
+    offer.locator(".rewind-go").click()
+    answer = page.locator("#inspector-s2d2 .rewound")
+    expect(answer).to_be_visible(timeout=30_000)
+    expect(answer.locator(".insp-head")).to_contain_text(f"from step {step}: method s2d2 → dynamic, τ {before} → {after}")
+    said = answer.inner_text()
+    assert re.search(r"Cost: \d+ forwards", said) and "This run is not exact" in said, said
+    page.locator("#inspector-s2d2").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "21-rewind.png"), full_page=False)
+    answer.locator(".whatif-back").click()
+    back = page.locator(f'#inspector-s2d2 .inspector[data-step="{step}"][data-position="{position}"] .rewind-offer')
     expect(back.first).to_be_visible(timeout=10_000)
 
 
