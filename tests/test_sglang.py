@@ -19,7 +19,7 @@ import pytest
 import torch
 from helpers import chi_square, chi_square_bound
 
-from s2d2 import config_from_settings, generate, generate_batch
+from s2d2 import Trace, config_from_settings, generate, generate_batch
 from s2d2.acceptance import verify_drafts
 from s2d2.blocks import first_masked_span
 from s2d2.integrations.sglang import batched
@@ -352,10 +352,19 @@ def start_server(python: str, model: str, settings: dict, directory: Path, name:
 
 
 @pytest.fixture(scope="module")
-def exact_server(sglang_python, exported, tmp_path_factory):
-    """Exact S2D2 under SGLang's synchronous scheduling (every step of a block in one round); the stochastic
-    server below runs SGLang's default, first-done-first-out, so both of its modes are served."""
-    server = start_server(sglang_python, exported, EXACT, tmp_path_factory.mktemp("exact"), "exact", "--no-dllm-fdfo")
+def exact_traces(tmp_path_factory) -> Path:
+    """Where the exact server writes its served traces."""
+    return tmp_path_factory.mktemp("exact_traces")
+
+
+@pytest.fixture(scope="module")
+def exact_server(sglang_python, exported, exact_traces, tmp_path_factory):
+    """Exact S2D2 under SGLang's default scheduling, first-done-first-out (one step per round), recording
+    served traces, so every test on it also shows that recording leaves outputs as they are; the stochastic
+    server below runs SGLang's synchronous mode (every step of a block in one round) without traces, so both
+    modes and both paths are served."""
+    settings = {**EXACT, "trace_dir": str(exact_traces)}
+    server = start_server(sglang_python, exported, settings, tmp_path_factory.mktemp("exact"), "exact")
     try:
         server.wait_healthy()
         yield server
@@ -394,6 +403,41 @@ def test_exact_s2d2_in_sglang_is_the_engines_ar(batch_outputs, prompts, tiny_mod
 def test_one_at_a_time_is_the_batch(batch_outputs, prompts, exact_server):
     alone = [exact_server.generate(ids, greedy()) for ids in prompts]
     assert alone == batch_outputs
+
+
+def decisions(trace: Trace) -> list[tuple]:
+    """What a trajectory decided, step by step: where each step was, the route, the accepted prefix, and each
+    position's draft, whether the verifier judged it, and what was committed there and how."""
+    return [
+        (s.block, s.step, s.block_start, s.route.verify, s.route.span_start, s.route.span_length, s.accepted,
+         [(p.position, p.token, p.q is not None, p.outcome, p.committed) for p in s.positions])
+        for s in trace.steps
+    ]  # fmt: skip
+
+
+def probabilities(trace: Trace) -> list[float]:
+    return [x for s in trace.steps for p in s.positions for x in (p.p, p.q if p.q is not None else -1.0)]
+
+
+def test_a_served_trace_is_the_engines_trace(exact_server, exact_traces, prompts, tiny_model):
+    """The trajectory the plugin writes for a served exact request (``trace_dir``) is the engine's step for
+    step: the same drafts, the same verdicts, the same commits and the same output; p and q agree to float
+    error. Each budget ends at a block's end, where the engine and SGLang both stop (SGLang decodes whole
+    blocks and cuts the output; the engine's last block would hold only the budget's positions)."""
+    from components.views import build_views
+
+    for ids in prompts[:6]:
+        n = NEW_TOKENS + (-(len(ids) + NEW_TOKENS)) % BLOCK
+        output, rid = exact_server.generate_with_id(ids, greedy(n))
+        served = Trace.load(str(exact_traces / f"{rid}.json"))
+        config = config_from_settings("exact", block_length=BLOCK, steps=BLOCK, max_new_tokens=n, lookahead=False)
+        engine = generate(tiny_model, ids, config)
+        assert served.output_ids == output == engine.output_ids
+        assert decisions(served) == decisions(engine)
+        assert probabilities(served) == pytest.approx(probabilities(engine), abs=1e-4)
+        assert served.summary.nfe_by_kind["verify"] == engine.summary.nfe_by_kind["verify"]
+        assert served.exactness["exact"] and served.prompt_ids == ids
+    assert len(build_views({"S2D2": served})) > 5  # the dashboard's views draw it, as Replay does
 
 
 def post(url: str, body: bytes, timeout: float = 120.0) -> tuple[int, str]:
@@ -492,7 +536,8 @@ STOCHASTIC = {**EXACT, "acceptance": "stochastic"}
 
 @pytest.fixture(scope="module")
 def stochastic_server(sglang_python, exported, tmp_path_factory):
-    server = start_server(sglang_python, exported, STOCHASTIC, tmp_path_factory.mktemp("stochastic"), "stochastic")
+    directory = tmp_path_factory.mktemp("stochastic")
+    server = start_server(sglang_python, exported, STOCHASTIC, directory, "stochastic", "--no-dllm-fdfo")
     try:
         server.wait_healthy()
         yield server

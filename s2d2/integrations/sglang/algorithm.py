@@ -21,6 +21,7 @@ forward, so a checkpoint with a small vocabulary keeps its own head.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import nullcontext
 
 import torch
@@ -32,7 +33,8 @@ from . import batched
 from .attention import MaskedAttention, causal_layers, draft_allowed, verifier_allowed, widened_batch
 from .launch import launch_block_size, read_yaml
 from .requests import LIVE, StateTable, malformed_request, unhonoured_request
-from .settings import decode_config
+from .settings import decode_config, trace_directory
+from .tracing import ServedTraces, StepTensors
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class S2D2(DllmAlgorithm):
         self.router = batched.Router(self.config.verify, self.config.threshold)
         self.schedule = torch.tensor(self.config.schedule())
         self.table = StateTable()
+        self.trace_dir = trace_directory(config.algorithm_config)
+        self.traces: ServedTraces | None = None  # made in the first round, which knows the checkpoint
         logger.info("S2D2 in SGLang: %s", self.config.exactness().describe())
 
     @classmethod
@@ -66,6 +70,7 @@ class S2D2(DllmAlgorithm):
         """Refuse a bad YAML or an unsupported model before anything loads, with one line."""
         settings, model_path, device = read_yaml(server_args)
         decode_config(settings, launch_block_size(settings, model_path, SUPPORTED, device))
+        trace_directory(settings)
 
     @classmethod
     def validate_request(cls, req):
@@ -89,12 +94,13 @@ class S2D2(DllmAlgorithm):
         todo = ~prompt & (ids == self.sglang_mask_id)
         starts, anything = prompt.sum(dim=1), todo.any()
         host = torch.cat([starts, anything[None].long()]).tolist()
+        rows = self._recordings(model_runner, forward_batch)
         if not host[-1]:
-            return self._prefill(model_runner, forward_batch)
+            return self._prefill(model_runner, forward_batch, rows)
         states = self.table.for_batch(forward_batch.rids, ids.device)
         sampling = batched.Sampling.from_batch(forward_batch.sampling_info, bs)
         for _ in range(1 if self.fdfo else self.max_steps(B)):
-            logits, done, todo = self._step(model_runner, forward_batch, ids, todo, mask, states, sampling)
+            logits, done, todo = self._step(model_runner, forward_batch, ids, todo, mask, states, sampling, rows)
             if not self.fdfo and all(done):
                 break
         ids.copy_(torch.where(todo, self.sglang_mask_id, ids))
@@ -104,10 +110,22 @@ class S2D2(DllmAlgorithm):
             return logits, ids.tolist(), accept, out_states, False
         return logits, [ids[i, start:] for i, start in enumerate(host[:-1])], None, None, False
 
-    def _prefill(self, model_runner, forward_batch):
+    def _recordings(self, model_runner, forward_batch):
+        """Each row's served-trace recording (:mod:`.tracing`), or ``None`` when the YAML sets no ``trace_dir``."""
+        if self.trace_dir is None:
+            return None
+        if self.traces is None:
+            path = model_runner.model_config.model_path
+            self.traces = ServedTraces(self.trace_dir, self.config, self.router, path, self.block_size)
+        return self.traces.rows(forward_batch.rids)
+
+    def _prefill(self, model_runner, forward_batch, rows):
         """Prompt blocks: one forward stores them, causally under ``cache_ver``."""
+        started = time.perf_counter()
         with causal_layers(model_runner.model) if self.config.cache_ver else nullcontext():
             out = model_runner.forward(forward_batch, pp_proxy_tensors=None)
+        if rows is not None:
+            self.traces.prefill(rows, forward_batch.extend_seq_lens_cpu, time.perf_counter() - started)
         if self.fdfo:
             bs = forward_batch.batch_size
             return (
@@ -119,7 +137,7 @@ class S2D2(DllmAlgorithm):
             )
         return out.logits_output, [], None, None, False
 
-    def _step(self, model_runner, forward_batch, ids, todo, mask, states, sampling):
+    def _step(self, model_runner, forward_batch, ids, todo, mask, states, sampling, rows):
         """One S2D2 step for every request: ``(draft logits output, done per request, still to commit)``.
 
         A request is done when its block is stored: this step's draft forward stored a block with nothing
@@ -134,7 +152,9 @@ class S2D2(DllmAlgorithm):
         # Causal rows: a full block is stored causally under cache_ver; draft_ver drafts over a causal prefix.
         drafting = todo.long().argmax(dim=1) if cfg.draft_ver else torch.zeros_like(has_todo, dtype=torch.long)
         prefix = torch.where(has_todo, drafting, B if cfg.cache_ver else 0)
+        started = time.perf_counter()
         out = self._masked_forward(model_runner, forward_batch, draft_allowed(prefix, B), saved_rows=B)
+        seconds = [time.perf_counter() - started, None]
         logits = out.logits_output.full_logits.view(bs, B, -1)
         positions = forward_batch.positions.view(bs, B)
         probs = batched.batched_probs(logits, sampling)
@@ -143,12 +163,16 @@ class S2D2(DllmAlgorithm):
         confidence = probs.gather(-1, drafts[..., None]).squeeze(-1)
         span = batched.first_span(todo)
         verify, on = self.router.decide(probs, confidence, todo, span, states.on)
-        commit, tokens, verified = torch.zeros_like(todo), drafts, None
+        commit, tokens, verified, verdict = torch.zeros_like(todo), drafts, None, None
+        u_accept = batched.keyed_uniform(states.seeds, positions, states.steps, batched.ACCEPT)
         if cfg.verify.policy == "always" or bool(verify.any()):
             verified = torch.where(span & verify[:, None], drafts, canvas)
+            started = time.perf_counter()
             verdict = self._verify(model_runner, forward_batch, verified, probs, span & verify[:, None], mask,
-                                   states, sampling, positions)  # fmt: skip
+                                   states, sampling, positions, u_accept)  # fmt: skip
+            seconds[1] = time.perf_counter() - started
             commit, tokens = verdict.commit, torch.where(verdict.commit, verdict.tokens, drafts)
+        before = todo
         candidates = todo & ~commit
         k_min = torch.minimum(self.schedule.to(ids.device)[states.steps.clamp_max(cfg.steps - 1)], todo.sum(dim=1))
         need = k_min - commit.sum(dim=1)
@@ -158,13 +182,16 @@ class S2D2(DllmAlgorithm):
         done = ~has_todo
         if verified is not None and cfg.cache_ver:
             done = done | (~todo.any(dim=1) & (ids == verified).all(dim=1))
+        if rows is not None:
+            self.traces.step(rows, StepTensors(before, drafts, probs, confidence, span, verify, on, verdict, u_accept,
+                                               commit, tokens, ids, k_min, states.steps, done, *seconds))  # fmt: skip
         steps = states.steps + has_todo.long()
         host = torch.stack([done.long(), steps, on.long()]).tolist()
         states.steps, states.on = steps, on
         states.store(host[1], [bool(x) for x in host[2]])
         return out.logits_output, [bool(x) for x in host[0]], todo
 
-    def _verify(self, model_runner, forward_batch, drafted, probs, span, mask, states, sampling, positions):
+    def _verify(self, model_runner, forward_batch, drafted, probs, span, mask, states, sampling, positions, u_accept):
         """The verifier forward over ``[drafted block | masks]`` and each request's acceptance over its span.
 
         The drafted half is causal, so under ``cache_ver`` its keys and values are stored: a block that this
@@ -183,7 +210,7 @@ class S2D2(DllmAlgorithm):
             q,
             span,
             cfg.verify.acceptance == "greedy",
-            batched.keyed_uniform(states.seeds, positions, states.steps, batched.ACCEPT),
+            u_accept,
             batched.keyed_uniform(states.seeds, positions, states.steps, batched.RESAMPLE),
             cfg.verify.ratio_tempering,
         )

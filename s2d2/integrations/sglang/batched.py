@@ -135,24 +135,31 @@ class Router:
             return consulted, on
         if v.policy == "min_span":
             return consulted & span_verifies(length, v), on
-        bs, block, vocab = probs.shape
-        alpha = acceptance_estimate(probs.reshape(-1, vocab), confidence.reshape(-1), v).reshape(bs, block)
-        expected, _ = expected_accepted(alpha, span)
-        n_high = (todo & (confidence > self.threshold)).sum(dim=1)
-        score = route_score(expected, n_high, length, v)
+        _, _, score = self.estimates(probs, confidence, todo, span)
         if v.policy == "score":
             return consulted & score_verifies(score, v), on
         on = torch.where(consulted, hysteresis_switch(on, score, v), on)
         return consulted & on, on
 
+    def estimates(self, probs, confidence, todo, span) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per row, what the routers read: the expected accepted length over the span, the count of positions
+        to commit whose confidence passes the threshold, and the route score made of them."""
+        bs, block, vocab = probs.shape
+        alpha = acceptance_estimate(probs.reshape(-1, vocab), confidence.reshape(-1), self.verify).reshape(bs, block)
+        expected, _ = expected_accepted(alpha, span)
+        n_high = (todo & (confidence > self.threshold)).sum(dim=1)
+        return expected, n_high, route_score(expected, n_high, span.sum(dim=1), self.verify)
+
 
 @dataclass
 class Verdict:
-    """What a verification commits: ``commit`` marks positions, ``tokens`` holds what they take."""
+    """What a verification commits: ``commit`` marks positions, ``tokens`` holds what they take; ``accepted``
+    is each row's accepted prefix and ``q`` the verifier's distribution it was judged by."""
 
     commit: torch.Tensor
     tokens: torch.Tensor
     accepted: torch.Tensor
+    q: torch.Tensor
 
 
 def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resample, tempering: float) -> Verdict:
@@ -178,7 +185,7 @@ def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resamp
     else:
         correction = sample_rows(corrected, u_resample)
     tokens = torch.where(rejected, correction, drafts)
-    return Verdict(kept | rejected, tokens, accepted)
+    return Verdict(kept | rejected, tokens, accepted, q)
 
 
 def rule_commits(confidence, candidates, need, rule: str, threshold: float) -> torch.Tensor:

@@ -3,6 +3,7 @@
     python -m s2d2.integrations.sglang.bench table --problems 256 --concurrency 1,4,16,64 --out DIR
     python -m s2d2.integrations.sglang.bench check --problems 100 --out DIR [--model bundled-llada2]
     python -m s2d2.integrations.sglang.bench head-cost
+    python -m s2d2.integrations.sglang.bench trace-cost --problems 128 --repeats 3 --out DIR
 
 ``table``: on the exported bundled model, for every method and concurrency, the
 held-out problems are sent with that many requests in flight (SGLang) or decoded
@@ -13,7 +14,9 @@ problem to ``DIR/table.md`` and ``DIR/table.json``. ``check``: exact S2D2 served
 SGLang against the engine's exact configuration on held-out problems of every
 task family, output for output, on the bundled SDAR model or any SDAR or LLaDA2 checkpoint (``--model``).
 ``head-cost``: what padding the vocabulary to SGLang's SDAR mask id would
-cost, one B-token forward of the model with its own head and with a 151,936-row one. Run it in the
+cost, one B-token forward of the model with its own head and with a 151,936-row one. ``trace-cost``: exact
+S2D2 served at concurrency 16 by two servers, one writing served traces (``trace_dir``) and one not, their
+passes alternating, with outputs compared. Run it in the
 project's environment; the
 servers run in SGLang's (``--sglang-python``, default ``.venv-sglang``).
 """
@@ -253,6 +256,37 @@ def run_head_cost(args) -> None:
           f"{padded / own:.1f}x")  # fmt: skip
 
 
+def run_trace_cost(args) -> None:
+    """What recording served traces costs: exact S2D2 at concurrency 16, a server with ``trace_dir`` beside one
+    without (both up at once; an idle one sleeps), ``--repeats`` passes each, alternating, outputs compared."""
+    model = load_model(args.model, device="cpu")
+    problems = Problems(model, args.problems)
+    (plain,) = [m for m in methods() if m.name == "S2D2 exact"]
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = Path(scratch)
+        exported = export(args.model, workdir / "model")
+        traced = Method("S2D2 exact, trace_dir", "S2D2", {**plain.settings, "trace_dir": str(workdir / "traces")},
+                        plain.engine)  # fmt: skip
+        with serve(args.sglang_python, exported, plain, workdir, 16) as bare, \
+                serve(args.sglang_python, exported, traced, workdir, 16) as recording:  # fmt: skip
+            outputs = {}
+            for _ in range(args.repeats):
+                for server, method in ((bare, plain), (recording, traced)):
+                    row, outputs[method.name] = sglang_row(server, method, problems, 16)
+                    rows.append(row)
+                    print(table_markdown(rows[-1:], "").splitlines()[-1], flush=True)
+        written = len(list((workdir / "traces").glob("*.json")))
+    speed = {m.name: sorted(r.problems_per_second for r in rows if r.method == m.name) for m in (plain, traced)}
+    median = {name: values[len(values) // 2] for name, values in speed.items()}
+    cost = 1 - median[traced.name] / median[plain.name]
+    header = (f"Served traces' cost: exact S2D2 at concurrency 16, {len(problems.items)} held-out problems, model "
+              f"{args.model} (exported), block {BLOCK}, {args.repeats} passes each, alternating; median problems/s "
+              f"{median[plain.name]:.2f} without, {median[traced.name]:.2f} with trace_dir ({cost:+.1%} cost); outputs "
+              f"identical: {outputs[plain.name] == outputs[traced.name]}; traces written: {written}; {machine()}")  # fmt: skip
+    write(args.out, "trace-cost", rows, header)
+
+
 def write(out: Path, name: str, rows: list[Row], header: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(table_markdown(rows, header))
@@ -266,7 +300,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m s2d2.integrations.sglang.bench", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("what", choices=("table", "check", "head-cost"))
+    parser.add_argument("what", choices=("table", "check", "head-cost", "trace-cost"))
     parser.add_argument(
         "--model",
         default="bundled",
@@ -274,10 +308,12 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--problems", type=int, default=256, help="table: problems in all; check: per task family")
     parser.add_argument("--concurrency", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--repeats", type=int, default=3, help="trace-cost: passes per server")
     parser.add_argument("--sglang-python", default=str(ROOT / ".venv-sglang" / "bin" / "python"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "sglang")
     args = parser.parse_args(argv)
-    {"table": run_table, "check": run_check, "head-cost": run_head_cost}[args.what](args)
+    commands = {"table": run_table, "check": run_check, "head-cost": run_head_cost, "trace-cost": run_trace_cost}
+    commands[args.what](args)
 
 
 if __name__ == "__main__":

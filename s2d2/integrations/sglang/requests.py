@@ -105,6 +105,11 @@ def rid_seed(rid: str) -> int:
     return int.from_bytes(hashlib.sha256(rid.encode()).digest()[:8], "little") & (2**63 - 1)
 
 
+def live_requests() -> dict:
+    """The requests SGLang has admitted and not finished, by request id."""
+    return {r.rid: r for r in list(LIVE) if not r.finished()}
+
+
 class StateTable:
     """Per-request S2D2 state for one algorithm instance, keyed by the request object."""
 
@@ -116,7 +121,7 @@ class StateTable:
         starts at step 0. SGLang shows every request to ``validate_request`` before it runs, so each row finds
         its request in :data:`LIVE`; a row that did not (no SGLang path skips it) is not failed but decoded
         with a state of its own for this round, seeded from its id, as an unseeded request is."""
-        owners = {r.rid: r for r in list(LIVE) if not r.finished()}
+        owners = live_requests()
         states = [self._state(owners[rid]) if rid in owners else RequestState(seed=rid_seed(rid)) for rid in rids]
         values = torch.tensor([[s.seed, s.step, s.on] for s in states], dtype=torch.long).to(device)
         return RequestStates(states, values[:, 0], values[:, 1], values[:, 2].bool())

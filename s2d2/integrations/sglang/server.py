@@ -109,10 +109,15 @@ class SGLangServer:
 
     def generate(self, input_ids: list[int], sampling_params: dict, timeout: float = 600.0) -> list[int]:
         """The output token ids of one request."""
+        return self.generate_with_id(input_ids, sampling_params, timeout)[0]
+
+    def generate_with_id(self, input_ids: list[int], sampling_params: dict, timeout: float = 600.0):
+        """``(output token ids, request id)`` of one request: the id names its served trace (``trace_dir``)."""
         body = json.dumps({"input_ids": input_ids, "sampling_params": sampling_params}).encode()
         request = urllib.request.Request(f"{self.url}/generate", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())["output_ids"]
+            answer = json.loads(response.read())
+        return answer["output_ids"], answer["meta_info"]["id"]
 
     def generate_many(self, prompts: list[list[int]], params: list[dict], concurrency: int) -> list[list[int]]:
         """Every request sent with ``concurrency`` in flight at once (so they share batches); outputs in order."""

@@ -10,10 +10,14 @@ What S2D2 inside SGLang cannot do is refused here, at server start, never ignore
 
 from __future__ import annotations
 
+import os
+
 from ...config import DecodeConfig, config_from_settings
 
 # SGLang's own keys of the same YAML, read by SGLang itself.
 SGLANG_KEYS = ("block_size", "capture_input_preparation")
+# The server's keys that are no decoding setting: where served traces go (:mod:`.tracing`).
+SERVER_KEYS = ("trace_dir",)
 
 # Settings that belong to each request in SGLang, not to the server.
 PER_REQUEST = {
@@ -43,7 +47,7 @@ def decode_config(settings: dict, block_size: int) -> DecodeConfig:
     turned off here (same outputs, the forward it would save is spent), and
     refused when the YAML asks for it.
     """
-    settings = {k: v for k, v in (settings or {}).items() if k not in SGLANG_KEYS}
+    settings = {k: v for k, v in (settings or {}).items() if k not in SGLANG_KEYS + SERVER_KEYS}
     for name, where in PER_REQUEST.items():
         if name in settings:
             raise SettingsError(f"{name} is a per-request setting in SGLang: send it as {where}")
@@ -79,3 +83,19 @@ def unsupported(config: DecodeConfig, block_size: int) -> str | None:
         (not v.allow_resample, "allow_resample off is not offered in SGLang"),
     )  # fmt: skip
     return next((reason for refused, reason in checks if refused), None)
+
+
+def trace_directory(settings: dict) -> str | None:
+    """The YAML's ``trace_dir``, made if missing, or ``None``; one that cannot be written is refused at start."""
+    directory = (settings or {}).get("trace_dir")
+    if directory is None:
+        return None
+    if not isinstance(directory, str) or not directory:
+        raise SettingsError(f"trace_dir must be a directory path, not {directory!r}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise SettingsError(f"trace_dir {directory}: {error.strerror}") from None
+    if not os.access(directory, os.W_OK):
+        raise SettingsError(f"trace_dir {directory} is not writable")
+    return directory
