@@ -328,6 +328,7 @@ def test_llada2_launch_needs_the_export_on_a_cpu(family_paths, tiny_path, tmp_pa
 BLOCK = 4  # SGLang's SDAR default canvas
 NEW_TOKENS = 16
 EXACT = {"preset": "exact", "block_size": BLOCK, "block_length": BLOCK, "steps": BLOCK}
+EXACT_ENGINE = {"preset": "exact", "block_length": BLOCK, "steps": BLOCK}
 
 
 @pytest.fixture(scope="module")
@@ -419,25 +420,82 @@ def probabilities(trace: Trace) -> list[float]:
     return [x for s in trace.steps for p in s.positions for x in (p.p, p.q if p.q is not None else -1.0)]
 
 
+def block_end_budget(ids: list[int], new_tokens: int) -> int:
+    """``new_tokens`` or a little more, so the output ends at a block's end: SGLang decodes whole blocks and
+    cuts the output, while the engine's last block would hold only the budget's positions (the outputs agree
+    either way; the last block's steps would not)."""
+    return new_tokens + (-(len(ids) + new_tokens)) % BLOCK
+
+
+def served_with_traces(server, traces: Path, prompts: list[list[int]], budgets: list[int]) -> list[tuple]:
+    """Every prompt sent at once (they share batches); each answer with the trace the server wrote for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(pool.map(lambda ids, n: server.generate_with_id(ids, greedy(n)), prompts, budgets))
+    return [(output, Trace.load(str(traces / f"{rid}.json"))) for output, rid in answers]
+
+
+def assert_served_is_the_engines(served: list[tuple], prompts, budgets, model, settings: dict) -> None:
+    """Each served output and trace is the engine's with the same settings (lookahead off): outputs, every
+    step's decisions, the routers' states, p and q to float error, the verifier's forwards."""
+    for (output, trace), ids, n in zip(served, prompts, budgets):
+        engine = generate(model, ids, config_from_settings(**settings, max_new_tokens=n, lookahead=False))
+        assert trace.output_ids == output == engine.output_ids
+        assert decisions(trace) == decisions(engine)
+        assert [s.route.state for s in trace.steps] == [s.route.state for s in engine.steps]
+        assert probabilities(trace) == pytest.approx(probabilities(engine), abs=1e-4)
+        assert trace.summary.nfe_by_kind["verify"] == engine.summary.nfe_by_kind["verify"]
+        assert trace.prompt_ids == ids and trace.exactness == engine.exactness
+
+
 def test_a_served_trace_is_the_engines_trace(exact_server, exact_traces, prompts, tiny_model):
-    """The trajectory the plugin writes for a served exact request (``trace_dir``) is the engine's step for
-    step: the same drafts, the same verdicts, the same commits and the same output; p and q agree to float
-    error. Each budget ends at a block's end, where the engine and SGLang both stop (SGLang decodes whole
-    blocks and cuts the output; the engine's last block would hold only the budget's positions)."""
+    """The trajectory the plugin writes for each served exact request (``trace_dir``) is the engine's step for
+    step: the same drafts, verdicts, commits and output; p and q agree to float error; the dashboard's views
+    draw it, as its Replay does."""
     from components.views import build_views
 
-    for ids in prompts[:6]:
-        n = NEW_TOKENS + (-(len(ids) + NEW_TOKENS)) % BLOCK
-        output, rid = exact_server.generate_with_id(ids, greedy(n))
-        served = Trace.load(str(exact_traces / f"{rid}.json"))
-        config = config_from_settings("exact", block_length=BLOCK, steps=BLOCK, max_new_tokens=n, lookahead=False)
-        engine = generate(tiny_model, ids, config)
-        assert served.output_ids == output == engine.output_ids
-        assert decisions(served) == decisions(engine)
-        assert probabilities(served) == pytest.approx(probabilities(engine), abs=1e-4)
-        assert served.summary.nfe_by_kind["verify"] == engine.summary.nfe_by_kind["verify"]
-        assert served.exactness["exact"] and served.prompt_ids == ids
-    assert len(build_views({"S2D2": served})) > 5  # the dashboard's views draw it, as Replay does
+    chosen = prompts[:6]
+    budgets = [block_end_budget(ids, NEW_TOKENS) for ids in chosen]
+    served = served_with_traces(exact_server, exact_traces, chosen, budgets)
+    assert_served_is_the_engines(served, chosen, budgets, tiny_model, EXACT_ENGINE)
+    assert all(trace.exactness["exact"] for _, trace in served)
+    assert len(build_views({"S2D2": served[0][1]})) > 5
+
+
+# The hysteresis preset at block 4 with greedy acceptance, its thresholds set for the tiny model's scores
+# (0.40 to 0.74 on these prompts): once ON a request stays ON (τ_off under every score), and a block's first
+# step does not always pass τ_on, so a state lost between blocks changes what is verified (the plugin once
+# turned a request OFF while its full block waited for the forward that stores it: this test then fails).
+HYSTERESIS = {"preset": "hysteresis", "block_size": BLOCK, "block_length": BLOCK, "steps": BLOCK, "acceptance": "greedy",
+              "tau_on": 0.7, "tau_off": 0.1}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hysteresis_server(sglang_python, exported, tmp_path_factory):
+    """The hysteresis router with greedy acceptance, recording served traces."""
+    directory = tmp_path_factory.mktemp("hysteresis")
+    settings = {**HYSTERESIS, "trace_dir": str(directory / "traces")}
+    server = start_server(sglang_python, exported, settings, directory, "hysteresis")
+    try:
+        server.wait_healthy()
+        yield server, directory / "traces"
+    finally:
+        server.stop()
+
+
+def test_hysteresis_routing_in_sglang_is_the_engines(hysteresis_server, prompts, tiny_model):
+    """Each request keeps its own ON/OFF router state across its blocks, as the engine's run does: 16 prompts
+    of 1 to 40 tokens sent at once give the engine's outputs, and each served trace is the engine's step for
+    step, the router's state at every step included."""
+    server, traces = hysteresis_server
+    chosen = [ids[: 1 + i * 39 // 15] for i, ids in enumerate(prompts[:16])]
+    budgets = [block_end_budget(ids, 20) for ids in chosen]
+    served = served_with_traces(server, traces, chosen, budgets)
+    engine_settings = {k: v for k, v in HYSTERESIS.items() if k != "block_size"}
+    assert_served_is_the_engines(served, chosen, budgets, tiny_model, engine_settings)
+    states = {s.route.state for _, trace in served for s in trace.steps}
+    assert states == {"on", "off"}  # the router switched, so its state was tested
 
 
 def post(url: str, body: bytes, timeout: float = 120.0) -> tuple[int, str]:

@@ -8,13 +8,13 @@ residual mass and the draw ``u`` where it looked, the outcome of each commit
 whole batch come to the host in one transfer, on top of the step's own.
 
 SGLang tells an algorithm nothing when a request finishes, so the recording is
-closed where the request's output ends as SGLang ends a token-id request: at
-its first stop token (its ``stop_token_ids`` and the model's EOS ids, unless
-``ignore_eos``) or at ``max_new_tokens``. It is then written, whole, as
+closed where the request's output ends as SGLang ends it on token ids: at its
+first stop token (its ``stop_token_ids``, the model's EOS ids and the
+tokenizer's, unless ``ignore_eos``) or at ``max_new_tokens``. It is then written, whole, as
 ``<trace_dir>/<request id>.json`` (the id SGLang returns in ``meta_info``),
 through a temporary file and a rename, so a reader never sees half a trace.
-A request that ends otherwise (aborted, its client gone, the context full)
-writes none, nor do ``/health``'s probe requests. The dashboard's Replay and ``python -m s2d2 serve-trace`` open it.
+A request that ends otherwise (aborted, its client gone, a stop string, the
+context full) writes none, nor do ``/health``'s probe requests. The dashboard's Replay and ``python -m s2d2 serve-trace`` open it.
 """
 
 from __future__ import annotations
@@ -150,8 +150,11 @@ class ServedTraces:
         return found
 
     def _open(self, req) -> Recording:
-        params = req.sampling_params
-        stops = set() if params.ignore_eos else {*(params.stop_token_ids or ()), *(req.eos_token_ids or ())}
+        params, tokenizer = req.sampling_params, req.tokenizer
+        stops = {*(params.stop_token_ids or ()), *(req.eos_token_ids or ())}
+        if tokenizer is not None:  # a server with its tokenizer also stops at the tokenizer's EOS and stop ids
+            stops |= {tokenizer.eos_token_id, *(getattr(tokenizer, "additional_stop_token_ids", None) or ())}
+        stops = set() if params.ignore_eos else stops - {None}
         rec = Recording(req.rid, list(req.origin_input_ids), params.max_new_tokens, stops, self.block_size,
                         time.perf_counter())  # fmt: skip
         self.recordings[req.rid] = rec
