@@ -74,7 +74,11 @@ def _text_beside(original: Trace, again: Trace) -> str:
         return "The text is the original run's, token for token."
 
     def tail(trace: Trace) -> str:
-        return html.escape(display_token("".join(trace.output_tokens[differs : differs + SHOWN_TOKENS])))
+        """The run's text from the difference on; the stop token that ends a run is said, not spelled."""
+        tokens = trace.output_tokens[differs : differs + SHOWN_TOKENS]
+        ended = bool(tokens) and trace.stop_reason == "stop_token" and differs + len(tokens) == len(trace.output_tokens)
+        text = html.escape(display_token("".join(tokens[:-1] if ended else tokens)))
+        return text + (" <em>(end of text)</em>" if ended else "")
 
     return f"The text differs from token {differs} on: <q>{tail(again)}</q> where the original wrote <q>{tail(original)}</q>."
 

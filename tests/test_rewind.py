@@ -106,3 +106,22 @@ def test_the_rewind_panel_says_what_changed_and_what_it_did(tiny_model, runs):
     than = f"{more} more than" if more > 0 else f"{-more} fewer than" if more < 0 else "as many as"
     assert f"{rewound.summary.nfe} forwards ({than} the original's {original.summary.nfe})" in panel
     assert "not exact" in panel
+
+
+def test_the_panels_say_where_a_text_ends_instead_of_spelling_its_stop_token():
+    """A run that ends on a stop token is quoted up to it, then "(end of text)"; a run cut mid-text is not."""
+    import copy
+
+    from components.bundle import load_bundle_file
+    from components.ui import DEMO_COMPARISON
+    from components.whatif import rewind_html
+
+    original = load_bundle_file(DEMO_COMPARISON)["S2D2"]
+    rewound = copy.deepcopy(original)
+    rewound.output_ids[-3], rewound.output_tokens[-3] = -1, "5"
+    rewound.rewound = {"block": 0, "step": 0, "changed": {"threshold": {"before": 0.9, "after": 0.5}}}
+    panel = rewind_html(original, rewound, "S2D2")
+    assert "<q>5. <em>(end of text)</em></q>" in panel and "<q>4. <em>(end of text)</em></q>" in panel
+    assert "endoftext" not in panel
+    original.stop_reason = rewound.stop_reason = "max_new_tokens"  # cut at the budget: the last token is text
+    assert "(end of text)" not in rewind_html(original, rewound, "S2D2")
