@@ -163,3 +163,19 @@ def test_decisions_at_lists_each_step_once(stochastic_run):
         found = decisions_at(stochastic_run, position)
         assert [d.index for d in found] == sorted({d.index for d in found})
         assert sum(d.record.outcome is not None for d in found) == 1
+
+
+def test_cli_serve_trace_reads_a_written_trace_as_generate_printed_it(tiny_path, tmp_path, capsys):
+    """``s2d2 serve-trace`` (a served request's trajectory, in the trace schema) prints the report ``generate``
+    printed for the same run; a missing trace, or a directory without ``--request``, is one line and status 2."""
+    trace = tmp_path / "3fa1c4.json"
+    args = ["--forward-stats", "--inspect", "2"]
+    assert main(["generate", "--model", tiny_path, "--prompt", PROMPT, "--device", "cpu", "--preset", "exact",
+                 "--max-new-tokens", "12", "--trace-out", str(trace), *args]) == 0  # fmt: skip
+    printed = capsys.readouterr().out.split("\n", 1)[1]  # the text's first line aside (it may be empty)
+    assert main(["serve-trace", str(tmp_path), "--request", "3fa1c4", *args]) == 0
+    assert capsys.readouterr().out.split("\n", 1)[1] == printed
+    assert main(["serve-trace", str(tmp_path)]) == 2
+    assert "is a directory: name the request with --request ID" in capsys.readouterr().err
+    assert main(["serve-trace", str(tmp_path), "--request", "gone"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: no trace at {tmp_path / 'gone.json'}")
