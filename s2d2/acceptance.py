@@ -62,11 +62,35 @@ def accept_probability(ratio: torch.Tensor, tempering: float = 1.0) -> torch.Ten
 
 
 def draft_ratios(drafts: torch.Tensor, p: torch.Tensor, q: torch.Tensor, tempering: float = 1.0):
-    """Per row: ``p(x)``, ``q(x)``, ``q/p`` and the acceptance probability ``min(1, (q/p)^γ)``."""
-    p_x = p.gather(-1, drafts[:, None]).squeeze(-1)
-    q_x = q.gather(-1, drafts[:, None]).squeeze(-1)
+    """Per draft (``drafts (...)`` over ``p, q (..., V)``): ``p(x)``, ``q(x)``, ``q/p`` and the acceptance
+    probability ``min(1, (q/p)^γ)``."""
+    p_x = p.gather(-1, drafts[..., None]).squeeze(-1)
+    q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
     ratio = q_x / p_x.clamp_min(1e-12)
     return p_x, q_x, ratio, accept_probability(ratio, tempering)
+
+
+def accepts(drafts: torch.Tensor, q: torch.Tensor, probability: torch.Tensor, u: torch.Tensor | None, greedy: bool):
+    """Whether each draft passes the verifier's test: greedy, iff it is ``argmax q`` (exact block-size-1
+    greedy decoding); stochastic, iff ``u < min(1, (q/p)^γ)``. The one test of the engine and the SGLang plugin."""
+    return drafts == q.argmax(dim=-1) if greedy else u < probability
+
+
+def accepted_prefix(accept: torch.Tensor, span: torch.Tensor | None = None) -> torch.Tensor:
+    """The drafts kept, along the last dimension: those before the first rejection (inside ``span`` where
+    one is given; positions outside it neither count nor stop the walk)."""
+    if span is None:
+        return accept.long().cumprod(dim=-1).bool()
+    return (accept | ~span).long().cumprod(dim=-1).bool() & span
+
+
+def corrected(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """What a rejected draft is replaced from: the normalised residual ``(q − p)+``, or ``q`` itself where the
+    residual is empty (``p = q``). A draft from ``p`` kept with ``min(1, q/p)``, else replaced from this, is
+    distributed as ``q``."""
+    residual = (q - p).clamp_min(0)
+    total = residual.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, residual / total.clamp_min(1e-30), q)
 
 
 def verify_drafts(
@@ -89,23 +113,18 @@ def verify_drafts(
     is resampled. No host sync.
     """
     p_x, q_x, ratio, probability = draft_ratios(drafts, p, q, tempering)
-    draws = None
-    if mode == "greedy":
-        accept = drafts == q.argmax(dim=-1)
-    else:
-        draws = uniform(drafts.shape[0], generator, drafts.device)
-        accept = draws < probability
-    accepted = accept.long().cumprod(dim=0).sum()
+    greedy = mode == "greedy"
+    draws = None if greedy else uniform(drafts.shape[0], generator, drafts.device)
+    accepted = accepted_prefix(accepts(drafts, q, probability, draws, greedy)).sum()
     first_rejection = accepted.clamp_max(drafts.shape[0] - 1).reshape(1)
     residual = (q - p).clamp_min(0)
     q_row = q.index_select(0, first_rejection)
     row = residual.index_select(0, first_rejection)
-    normalised = row / row.sum(dim=-1, keepdim=True).clamp_min(1e-30)
-    if mode == "greedy":
+    normalised = row / row.sum(dim=-1, keepdim=True).clamp_min(1e-30)  # all zeros where empty: the trace's view
+    if greedy:
         correction = q_row.argmax(dim=-1)
     else:
-        total = row.sum(dim=-1, keepdim=True)
-        correction = sample(torch.where(total > 0, normalised, q_row), generator, greedy=False)
+        correction = sample(corrected(p.index_select(0, first_rejection), q_row), generator, greedy=False)
     return SpanVerdict(
         accepted=accepted,
         correction=correction[0],

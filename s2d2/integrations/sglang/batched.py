@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...acceptance import accept_probability
+from ...acceptance import accepted_prefix, accepts, corrected, draft_ratios
 from ...policies import acceptance_estimate, hysteresis_switch, route_score, score_verifies, span_verifies
 
 # Purposes of a keyed draw.
@@ -163,27 +163,17 @@ class Verdict:
 
 
 def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resample, tempering: float) -> Verdict:
-    """:func:`s2d2.acceptance.verify_drafts` for every row at once, each over its own span: accept the drafts
-    left to right (``min(1, (q/p)^γ)``, or iff the draft is ``argmax q``), stop at the first rejection and
-    commit there a sample of the normalised ``(q − p)+`` (``q`` where it is empty; ``argmax q`` when greedy)."""
-    p_x = p.gather(-1, drafts[..., None]).squeeze(-1)
-    q_x = q.gather(-1, drafts[..., None]).squeeze(-1)
-    if greedy_acceptance:
-        accept = drafts == q.argmax(dim=-1)
-    else:
-        accept = u_accept < accept_probability(q_x / p_x.clamp_min(1e-12), tempering)
-    kept = (accept | ~span).long().cumprod(dim=1).bool() & span
+    """:func:`s2d2.acceptance.verify_drafts` for every row at once, each over its own span, with the engine's
+    test (:func:`~s2d2.acceptance.accepts`), prefix and residual: accept the drafts left to right, stop at the
+    first rejection and commit there a sample of the normalised ``(q − p)+`` (``q`` where it is empty;
+    ``argmax q`` when greedy), drawn at the row's keyed ``u_resample``."""
+    _, _, _, probability = draft_ratios(drafts, p, q, tempering)
+    kept = accepted_prefix(accepts(drafts, q, probability, u_accept, greedy_acceptance), span)
     accepted = kept.sum(dim=1)
     start = span.long().argmax(dim=1)
     index = torch.arange(span.shape[1], device=span.device)
     rejected = span & (index[None, :] == (start + accepted)[:, None])
-    residual = (q - p).clamp_min(0)
-    total = residual.sum(dim=-1, keepdim=True)
-    corrected = torch.where(total > 0, residual / total.clamp_min(1e-30), q)
-    if greedy_acceptance:
-        correction = q.argmax(dim=-1)
-    else:
-        correction = sample_rows(corrected, u_resample)
+    correction = q.argmax(dim=-1) if greedy_acceptance else sample_rows(corrected(p, q), u_resample)
     tokens = torch.where(rejected, correction, drafts)
     return Verdict(kept | rejected, tokens, accepted, q)
 

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,20 +129,30 @@ class ServedTraces:
         self.config, self.router, self.model_path, self.block_size = config, router, model_path, block_size
         self.rule = RULES[config.commit_rule]
         self.recordings: dict[str, Recording] = {}
+        self.failed: set[str] = set()  # requests whose recording broke: they write no trace
         self._tokenizer = None
 
     # -- where each row's records go ---------------------------------------
 
     def rows(self, rids: list[str]) -> list[Recording | None]:
         """The recording of each batch row (a new one for a request seen first; ``None`` for a row whose
-        request is not live), each at its request's current block; recordings of requests that have gone
-        (aborted, disconnected) are dropped."""
+        request is not live or not recorded), each at its request's current block; recordings of requests that
+        have gone (aborted, disconnected) are dropped."""
+        try:
+            return self._rows(rids)
+        except Exception:  # noqa: BLE001 - recording must never end the round (SGLang ends the server on it)
+            logger.exception("S2D2 served traces: finding the batch's recordings failed; this batch writes none")
+            self.failed |= set(rids)
+            return [None] * len(rids)
+
+    def _rows(self, rids: list[str]) -> list[Recording | None]:
         owners = live_requests()
         self.recordings = {rid: rec for rid, rec in self.recordings.items() if rid in owners}
+        self.failed &= owners.keys()
         found = []
         for rid in rids:
             req = owners.get(rid)
-            if req is None or rid.startswith(HEALTH_CHECK_RID_PREFIX):  # /health's probes are no one's requests
+            if req is None or rid in self.failed or rid.startswith(HEALTH_CHECK_RID_PREFIX):  # /health's probes
                 found.append(None)
                 continue
             rec = self.recordings.get(rid) or self._open(req)
@@ -163,6 +174,10 @@ class ServedTraces:
     def prefill(self, rows: list[Recording | None], tokens: list[int], seconds: float) -> None:
         """A forward of a batch with nothing to decode: prompt blocks, and blocks whose steps committed
         everything but were not stored by their verification (this forward stores them: their commit)."""
+        with self._guarded(rows):
+            self._prefill(rows, tokens, seconds)
+
+    def _prefill(self, rows: list[Recording | None], tokens: list[int], seconds: float) -> None:
         for rec, n in zip(rows, tokens):
             if rec is None or rec.block_done:
                 continue
@@ -175,6 +190,23 @@ class ServedTraces:
     def step(self, rows: list[Recording | None], t: StepTensors) -> None:
         """Record one step for every row (one transfer to the host) and write the traces of requests whose
         output ended with the block this step completed."""
+        with self._guarded(rows):
+            self._step(rows, t)
+
+    @contextmanager
+    def _guarded(self, rows: list[Recording | None]):
+        """Recording never ends the round (SGLang ends the server on any exception there): a failure is logged
+        and the batch's requests write no trace; they are served as always."""
+        try:
+            yield
+        except Exception:  # noqa: BLE001
+            logger.exception("S2D2 served traces: recording failed; the requests of this batch write no trace")
+            for rec in rows:
+                if rec is not None:
+                    self.failed.add(rec.rid)
+                    self.recordings.pop(rec.rid, None)
+
+    def _step(self, rows: list[Recording | None], t: StepTensors) -> None:
         canvas, per_row = self._columns(t), self._row_columns(t)
         host = torch.cat([torch.stack([c.double() for c in canvas]).flatten(),
                           torch.stack([c.double() for c in per_row]).flatten()]).tolist()  # fmt: skip
