@@ -73,9 +73,13 @@ ENTROPY_SOURCES: dict[str, Callable[[torch.Tensor, slice, list[bool]], torch.Ten
 UCB_ENTROPY_SOURCES = tuple(ENTROPY_SOURCES)
 
 
-def expected_accepted_length(alpha: torch.Tensor) -> torch.Tensor:
-    """``E[K] = Σ_k Π_{i≤k} α_i``: each draft is accepted only if all before it were."""
-    return alpha.clamp(0, 1).cumprod(dim=0).sum()
+def expected_accepted_length(alpha: torch.Tensor, span: torch.Tensor | None = None) -> torch.Tensor:
+    """``E[K] = Σ_k Π_{i≤k} α_i`` along the last dimension: each draft is accepted only if all before it were.
+    With ``span`` (a batch's rows, each over its own span) positions outside it count for nothing."""
+    alpha = alpha.clamp(0, 1)
+    if span is None:
+        return alpha.cumprod(dim=-1).sum(dim=-1)
+    return (torch.where(span, alpha, torch.ones_like(alpha)).cumprod(dim=-1) * span).sum(dim=-1)
 
 
 # The routers' decision rules. Each takes one request's numbers (the engine's policies below) or a batch's

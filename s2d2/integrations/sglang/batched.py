@@ -3,8 +3,13 @@
 The engine decides one request at a time on the host (:mod:`s2d2.decode`);
 inside SGLang every request of the batch takes its step at once, each at its
 own pace: spans, routing, acceptance and the diffusion fallback are masks over
-``(bs, B)``. Each function is the engine's rule for one request applied to every
-row, and reuses the engine's estimators and acceptance probability.
+``(bs, B)``. The routers' rules, the acceptance estimators, ``E[K]``, the
+verifier's test, the accepted prefix and the residual distribution are the
+engine's own functions, called on the batch. What is still written here, as the
+engine's rule applied to every row, is tested against the engine's one-request
+function in ``tests/test_sglang.py``: sampling with each request's parameters,
+keyed draws, the first masked span, the span bookkeeping of a verification and
+the diffusion rule's commits.
 
 Random numbers are keyed, not drawn: a draw is a hash of (request seed,
 absolute position, step in the block, purpose). A request's draws therefore do
@@ -19,7 +24,14 @@ from dataclasses import dataclass
 import torch
 
 from ...acceptance import accepted_prefix, accepts, corrected, draft_ratios
-from ...policies import acceptance_estimate, hysteresis_switch, route_score, score_verifies, span_verifies
+from ...policies import (
+    acceptance_estimate,
+    expected_accepted_length,
+    hysteresis_switch,
+    route_score,
+    score_verifies,
+    span_verifies,
+)
 
 # Purposes of a keyed draw.
 DRAFT, ACCEPT, RESAMPLE = 1, 2, 3
@@ -109,13 +121,6 @@ def first_span(todo: torch.Tensor) -> torch.Tensor:
     return started & (todo | ~started).long().cumprod(dim=1).bool()
 
 
-def expected_accepted(alpha: torch.Tensor, span: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, over its span: ``E[K] = Σ_k Π_{i≤k} α_i`` and ``Π α_i``
-    (:func:`s2d2.policies.expected_accepted_length`)."""
-    running = torch.where(span, alpha.clamp(0, 1), torch.ones_like(alpha)).cumprod(dim=1)
-    return (running * span).sum(dim=1), running[:, -1]
-
-
 class Router:
     """The routing policies (:mod:`s2d2.policies`, their decision rules applied to every row at once) for a
     batch; ``on`` is each request's hysteresis state."""
@@ -146,7 +151,7 @@ class Router:
         to commit whose confidence passes the threshold, and the route score made of them."""
         bs, block, vocab = probs.shape
         alpha = acceptance_estimate(probs.reshape(-1, vocab), confidence.reshape(-1), self.verify).reshape(bs, block)
-        expected, _ = expected_accepted(alpha, span)
+        expected = expected_accepted_length(alpha, span)
         n_high = (todo & (confidence > self.threshold)).sum(dim=1)
         return expected, n_high, route_score(expected, n_high, span.sum(dim=1), self.verify)
 
