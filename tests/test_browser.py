@@ -286,8 +286,9 @@ def first_rejection(trace):
     )
 
 
-def check_rejection_panel(page, trace, require_detail: bool) -> None:
-    """The S2D2 inspector at the run's first rejection names the verifier's choice and the test's numbers."""
+def check_rejection_panel(page, trace, require_detail: bool, missing: str = "before schema version 4") -> None:
+    """The S2D2 inspector at the run's first rejection names the verifier's choice and the test's numbers
+    (and, where the trace has no top-k, says why: ``missing``)."""
     from playwright.sync_api import expect
 
     from components.palette import display_token
@@ -316,7 +317,7 @@ def check_rejection_panel(page, trace, require_detail: bool) -> None:
         assert "residual (q − p)+" in panel.inner_text()
     else:
         assert not require_detail, "a freshly decoded comparison records the top-k"
-        expect(panel.locator(".insp-missing")).to_contain_text("before schema version 4")
+        expect(panel.locator(".insp-missing")).to_contain_text(missing)
 
 
 def test_inspector_explains_a_rejection_on_the_saved_comparison(page, app_url, tmp_path):
@@ -355,6 +356,36 @@ def test_inspector_explains_a_rejection_on_the_saved_comparison(page, app_url, t
     expect(page.locator(f'#inspector-s2d2 .inspector[data-step="{index + 1}"]')).to_be_visible()
     page.locator("#inspector-s2d2 .insp-close").click()
     expect(page.locator("#inspector-s2d2 .inspector-closed")).to_be_visible()
+
+
+SERVED_TRACE = ROOT / "tests" / "data" / "served_trace.json"
+
+
+def test_a_served_trace_replays_with_every_view(page):
+    """A trajectory an SGLang server wrote (``trace_dir``) opens in Replay: every view draws, and the inspector
+    reads its first rejection's test with that request's numbers, saying no top-k was recorded.
+
+    ``tests/data/served_trace.json`` was written by a CPU server of ``export --model bundled`` with the YAML
+    ``preset: exact, block_size: 16, acceptance: stochastic, trace_dir: ...``, for the 11th chains problem
+    of ``heldout_problems(30)`` sent as its chat prompt at temperature 1 with ``sampling_seed`` 17: exact
+    speculative sampling, two rejections resampled from the residual."""
+    from playwright.sync_api import expect
+
+    from components.bundle import load_bundle_file
+
+    trace = load_bundle_file(SERVED_TRACE)["S2D2"]
+    assert trace.summary.rejections >= 1 and trace.exactness["exact"] and trace.config["sampling"]["temperature"] == 1
+    with page.expect_file_chooser() as chooser:
+        page.click("#replay")
+    chooser.value.set_files(str(SERVED_TRACE))
+    expect(page.locator("#status")).to_contain_text("Replaying a saved comparison (S2D2)", timeout=30_000)
+    wait_player(page, "plot-trajectory-s2d2")
+    expect(page.locator("#text-s2d2")).to_contain_text(trace.text.split(".")[0])
+    check_rejection_panel(page, trace, require_detail=False, missing="trace_top_k = 0")
+    for tab, elem_id in (("Residual energy", "plot-energy"), ("Router", "plot-router"), ("Cost", "plot-cost")):
+        page.get_by_role("tab", name=tab).click()
+        wait_plot(page, elem_id)
+    page.screenshot(path=str(SHOTS / "22-served-trace.png"))
 
 
 def test_inspector_reads_a_baseline_commit_against_its_threshold(page):

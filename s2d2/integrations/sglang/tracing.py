@@ -32,10 +32,12 @@ from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
 from ... import trace as tr
 from ...acceptance import accept_probability, residual_energy
+from ...config import DecodeConfig
+from ...sampling import SamplingConfig
 from ...policies import RouteRecord
 from ...rules import RULES
 from .batched import Verdict
-from .requests import live_requests
+from .requests import live_requests, request_seed
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class Recording:
 
     rid: str
     prompt_ids: list[int]
-    max_new_tokens: int
+    config: DecodeConfig  # the server's settings with this request's sampling, seed and budget
     stops: set[int]
     block_size: int
     started: float
@@ -76,11 +78,12 @@ class Recording:
 
     def end(self) -> tuple[list[int], str] | None:
         """``(output, stop reason)`` once the output has ended, else ``None``."""
-        for i, token in enumerate(self.output[: self.max_new_tokens]):
+        budget = self.config.max_new_tokens
+        for i, token in enumerate(self.output[:budget]):
             if token in self.stops:
                 return self.output[: i + 1], "stop_token"
-        if len(self.output) >= self.max_new_tokens:
-            return self.output[: self.max_new_tokens], "max_new_tokens"
+        if len(self.output) >= budget:
+            return self.output[:budget], "max_new_tokens"
         return None
 
 
@@ -166,8 +169,9 @@ class ServedTraces:
         if tokenizer is not None:  # a server with its tokenizer also stops at the tokenizer's EOS and stop ids
             stops |= {tokenizer.eos_token_id, *(getattr(tokenizer, "additional_stop_token_ids", None) or ())}
         stops = set() if params.ignore_eos else stops - {None}
-        rec = Recording(req.rid, list(req.origin_input_ids), params.max_new_tokens, stops, self.block_size,
-                        time.perf_counter())  # fmt: skip
+        config = self.config.replace(sampling=request_sampling(params, req.vocab_size), seed=request_seed(req),
+                                     max_new_tokens=params.max_new_tokens, trace_top_k=0)  # no top-k lists: 0
+        rec = Recording(req.rid, list(req.origin_input_ids), config, stops, self.block_size, time.perf_counter())
         self.recordings[req.rid] = rec
         return rec
 
@@ -308,7 +312,7 @@ class ServedTraces:
         texts = self._token_texts({*output, *(p.token for s in rec.steps for p in s.positions)})
         trace = tr.Trace(
             method="s2d2",
-            config=self.config.to_dict(),
+            config=rec.config.to_dict(),
             model=self.model_path,
             prompt="",
             prompt_ids=rec.prompt_ids,
@@ -320,7 +324,7 @@ class ServedTraces:
             steps=rec.steps,
             summary=tr.summarize(rec.forwards, rec.steps, len(output), wall),
             token_text=texts,
-            exactness=self.config.exactness().to_dict(),
+            exactness=rec.config.exactness().to_dict(),
         )
         path = self.directory / f"{_safe_name(rec.rid)}.json"
         partial = path.with_suffix(".json.partial")
@@ -356,6 +360,15 @@ class ServedTraces:
 
 
 _IDS = 12  # the column of the canvas after the step (float64 holds every token id exactly)
+
+
+def request_sampling(params, vocab: int) -> SamplingConfig:
+    """The engine's sampling settings for what SGLang serves a request with: SGLang writes greedy as
+    ``top_k = 1`` (temperature 0 becomes 1.0 with it) and the whole vocabulary as a ``top_k`` past it."""
+    if params.top_k == 1:
+        return SamplingConfig(temperature=0.0)
+    top_k = params.top_k if 0 < params.top_k < vocab else 0
+    return SamplingConfig(temperature=params.temperature, top_k=top_k, top_p=params.top_p)
 
 
 def _safe_name(rid: str) -> str:
