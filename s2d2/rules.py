@@ -13,21 +13,40 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from .sampling import normalized_entropy
 
 
-def rule_commits(confidence: list[float], candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
-    """Positions the static or dynamic diffusion rule commits among ``candidates``.
+def rule_commits(
+    confidence: torch.Tensor, candidates: torch.Tensor, need: torch.Tensor, rule: str, threshold: float
+) -> torch.Tensor:
+    """What the static or dynamic diffusion rule commits, for rows of drafts ``(bs, B)``: ``need (bs,)``
+    positions among each row's ``candidates``.
 
-    ``static`` takes the ``k`` most confident; ``dynamic`` takes every
-    candidate whose confidence exceeds ``threshold`` if there are at least ``k``
-    of them, else the ``k`` most confident (SDAR's ``low_confidence_dynamic``).
+    ``static`` takes the ``need`` most confident (ties to the left); ``dynamic`` takes every candidate whose
+    confidence exceeds ``threshold`` if there are at least ``need`` of them, else the ``need`` most
+    confident (SDAR's ``low_confidence_dynamic``). Rows with ``need ≤ 0`` commit nothing. Confidences meet
+    τ in float64, as Python numbers do. One function for a decode's step (a batch of one) and the SGLang
+    plugin's batch.
     """
+    score = confidence.masked_fill(~candidates, float("-inf"))
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(score.shape[1], device=score.device).expand_as(order))
+    top = candidates & (rank < need[:, None])
     if rule == "dynamic":
-        confident = [i for i in candidates if confidence[i] > threshold]
-        if len(confident) >= k:
-            return confident
-    return sorted(candidates, key=lambda i: -confidence[i])[:k]
+        confident = candidates & (confidence.double() > threshold)
+        top = torch.where((confident.sum(dim=1) >= need)[:, None], confident, top)
+    return top & (need > 0)[:, None]
+
+
+def _one_step(draft, candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
+    """:func:`rule_commits` for one decode's step: its host confidences, a batch of one."""
+    size = len(draft.confidence_host)
+    mask = torch.zeros(1, size, dtype=torch.bool)
+    mask[0, candidates] = True
+    confidence = torch.tensor([draft.confidence_host], dtype=torch.float64)
+    return rule_commits(confidence, mask, torch.tensor([k]), rule, threshold)[0].nonzero().flatten().tolist()
 
 
 def entropy_bounded_commits(entropy: list[float], candidates: list[int], k: int, budget: float) -> list[int]:
@@ -45,12 +64,12 @@ def entropy_bounded_commits(entropy: list[float], candidates: list[int], k: int,
 
 def static_rule(draft, candidates: list[int], k: int, config) -> list[int]:
     """The ``k`` most confident drafts (SDAR's static schedule)."""
-    return rule_commits(draft.confidence_host, candidates, k, "static", config.threshold)
+    return _one_step(draft, candidates, k, "static", config.threshold)
 
 
 def dynamic_rule(draft, candidates: list[int], k: int, config) -> list[int]:
     """Every draft above τ, or the ``k`` most confident when fewer clear it."""
-    return rule_commits(draft.confidence_host, candidates, k, "dynamic", config.threshold)
+    return _one_step(draft, candidates, k, "dynamic", config.threshold)
 
 
 def entropy_bounded_rule(draft, candidates: list[int], k: int, config) -> list[int]:

@@ -177,11 +177,16 @@ def test_max_new_tokens_not_a_block_multiple(tiny_model):
 def test_first_masked_span_and_rule_commits():
     assert first_masked_span([False, True, True, False, True]) == (1, 2)
     assert first_masked_span([False, False]) is None
-    confidence = [0.95, 0.2, 0.9, 0.5]
-    assert rule_commits(confidence, [0, 1, 2, 3], 1, "dynamic", 0.85) == [0, 2]
-    assert rule_commits(confidence, [1, 3], 1, "dynamic", 0.85) == [3]
-    assert rule_commits(confidence, [0, 1, 2, 3], 3, "dynamic", 0.85) == [0, 2, 3]
-    assert rule_commits(confidence, [0, 1, 2, 3], 2, "static", 0.85) == [0, 2]
+    confidence = torch.tensor([[0.95, 0.2, 0.9, 0.5]])
+
+    def commits(candidates: list[int], k: int, rule: str) -> list[int]:
+        mask = torch.tensor([[i in candidates for i in range(4)]])
+        return rule_commits(confidence, mask, torch.tensor([k]), rule, 0.85)[0].nonzero().flatten().tolist()
+
+    assert commits([0, 1, 2, 3], 1, "dynamic") == [0, 2]
+    assert commits([1, 3], 1, "dynamic") == [3]
+    assert commits([0, 1, 2, 3], 3, "dynamic") == [0, 2, 3]
+    assert commits([0, 1, 2, 3], 2, "static") == [0, 2]
 
 
 def test_bad_prompts_are_refused(tiny_model):

@@ -62,18 +62,30 @@ def test_first_span_is_the_engines():
         assert got == expected
 
 
-def test_rule_commits_are_the_engines():
-    """The static and dynamic rules over a batch, each row with its own need, against the engine's."""
+def rule_by_hand(confidence: list[float], candidates: list[int], k: int, rule: str, threshold: float) -> list[int]:
+    """The static and dynamic rules as SDAR states them, one row at a time in plain Python."""
+    if rule == "dynamic":
+        confident = [i for i in candidates if confidence[i] > threshold]
+        if len(confident) >= k:
+            return confident
+    return sorted(candidates, key=lambda i: -confidence[i])[:k]
+
+
+def test_rule_commits_are_the_rules_row_by_row():
+    """The static and dynamic rules over a batch (the engine's and the plugin's one function), each row with
+    its own need, against the rules written out by hand; confidences at τ itself do not pass it."""
     generator = torch.Generator().manual_seed(3)
     confidence = torch.rand(6, 8, generator=generator).round(decimals=1)  # ties break to the left
+    confidence[0, :3] = 0.85  # float32's 0.85 is above the float 0.85: as Python numbers, it passes
     candidates = torch.rand(6, 8, generator=generator) < 0.7
-    need = torch.tensor([0, 1, 2, 3, 1, 8])
-    for rule in ("static", "dynamic"):
-        got = batched.rule_commits(confidence, candidates, need, rule, 0.5)
+    need = torch.tensor([1, 1, 2, 3, 1, 8])
+    for rule, tau in (("static", 0.5), ("dynamic", 0.5), ("dynamic", 0.85)):
+        got = rule_commits(confidence, candidates, need, rule, tau)
         for b in range(6):
             left = [i for i in range(8) if candidates[b, i]]
-            want = rule_commits(confidence[b].tolist(), left, int(need[b]), rule, 0.5) if need[b] > 0 else []
-            assert sorted(want) == [i for i in range(8) if got[b, i]], (rule, b)
+            want = rule_by_hand(confidence[b].tolist(), left, int(need[b]), rule, tau)
+            assert sorted(want) == [i for i in range(8) if got[b, i]], (rule, tau, b)
+    assert not rule_commits(confidence, candidates, torch.zeros(6, dtype=torch.long), "static", 0.5).any()
 
 
 def test_greedy_verification_is_the_engines():

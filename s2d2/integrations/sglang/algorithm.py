@@ -29,6 +29,7 @@ from sglang.srt.dllm.algorithm.base import DllmAlgorithm
 from sglang.srt.dllm.algorithm.low_confidence import LowConfidence
 from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
 
+from ...rules import rule_commits
 from . import batched
 from .attention import MaskedAttention, causal_layers, draft_allowed, verifier_allowed, widened_batch
 from .launch import launch_block_size, read_yaml
@@ -176,7 +177,7 @@ class S2D2(DllmAlgorithm):
         candidates = todo & ~commit
         k_min = torch.minimum(self.schedule.to(ids.device)[states.steps.clamp_max(cfg.steps - 1)], todo.sum(dim=1))
         need = k_min - commit.sum(dim=1)
-        commit = commit | batched.rule_commits(confidence, candidates, need, cfg.commit_rule, cfg.threshold)
+        commit = commit | rule_commits(confidence, candidates, need, cfg.commit_rule, cfg.threshold)
         ids.copy_(torch.where(commit, tokens, ids))
         todo = todo & ~commit
         done = ~has_todo

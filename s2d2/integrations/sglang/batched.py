@@ -8,8 +8,8 @@ verifier's test, the accepted prefix and the residual distribution are the
 engine's own functions, called on the batch. What is still written here, as the
 engine's rule applied to every row, is tested against the engine's one-request
 function in ``tests/test_sglang.py``: sampling with each request's parameters,
-keyed draws, the first masked span, the span bookkeeping of a verification and
-the diffusion rule's commits.
+keyed draws, the first masked span and the span bookkeeping of a verification
+(the diffusion rule's commits are :func:`s2d2.rules.rule_commits`).
 
 Random numbers are keyed, not drawn: a draw is a hash of (request seed,
 absolute position, step in the block, purpose). A request's draws therefore do
@@ -152,7 +152,7 @@ class Router:
         bs, block, vocab = probs.shape
         alpha = acceptance_estimate(probs.reshape(-1, vocab), confidence.reshape(-1), self.verify).reshape(bs, block)
         expected = expected_accepted_length(alpha, span)
-        n_high = (todo & (confidence > self.threshold)).sum(dim=1)
+        n_high = (todo & (confidence.double() > self.threshold)).sum(dim=1)  # τ met in float64, as the engine does
         return expected, n_high, route_score(expected, n_high, span.sum(dim=1), self.verify)
 
 
@@ -181,19 +181,3 @@ def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resamp
     correction = q.argmax(dim=-1) if greedy_acceptance else sample_rows(corrected(p, q), u_resample)
     tokens = torch.where(rejected, correction, drafts)
     return Verdict(kept | rejected, tokens, accepted, q)
-
-
-def rule_commits(confidence, candidates, need, rule: str, threshold: float) -> torch.Tensor:
-    """The diffusion rule (:func:`s2d2.rules.rule_commits`) per row: ``need (bs,)`` tokens among
-    ``candidates``; ``dynamic`` takes every candidate above τ when that is at least ``need``, else the
-    ``need`` most confident (ties to the left). Rows with ``need ≤ 0`` commit nothing."""
-    score = confidence.masked_fill(~candidates, float("-inf"))
-    order = torch.sort(score, dim=1, descending=True, stable=True).indices
-    rank = torch.empty_like(order).scatter_(
-        1, order, torch.arange(score.shape[1], device=score.device).expand_as(order)
-    )
-    top = candidates & (rank < need[:, None])
-    if rule == "dynamic":
-        confident = candidates & (confidence > threshold)
-        top = torch.where((confident.sum(dim=1) >= need)[:, None], confident, top)
-    return top & (need > 0)[:, None]
