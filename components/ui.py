@@ -113,7 +113,10 @@ def example_labels() -> list[str]:
 
 def example_prompts_html() -> str:
     """Every example's whole prompt and what it shows, in order, for the player script to put on each chip's hover."""
-    hovers = [f"{e['shows']} ({FAMILY_OF_MODEL.get(e['model'], e['model'])}, {e['preset']}): {e['prompt']}" for e in examples()]
+    hovers = [
+        f"{e['shows']} ({FAMILY_OF_MODEL.get(e['model'], e['model'])}, {e['preset']}): {e['prompt']}"
+        for e in examples()
+    ]
     return f'<div class="example-prompts" hidden data-prompts="{html.escape(json.dumps(hovers), quote=True)}"></div>'
 
 

@@ -112,7 +112,7 @@ def what_if_html(original: Trace, forced: Trace, run: str) -> str:
     kind = "whatif-accepted" if accepted else "whatif-corrected"
     return (
         f'<div class="inspector whatif {kind}" data-run="{run}" data-step="{index}" data-position="{position}">'
-        f"{head}<p class=\"insp-test\"><b>{html.escape(verdict)}</b></p>"
+        f'{head}<p class="insp-test"><b>{html.escape(verdict)}</b></p>'
         f"<p>{text}</p><p><b>Cost:</b> {cost}</p>"
         '<p class="insp-note">A forced run is not a decode of the model: it carries no exactness claim. '
         f'<button type="button" class="whatif-back" data-step="{index}" data-position="{position}">'
@@ -150,7 +150,7 @@ def rewind_offer(trace: Trace, run: str, index: int, position: int) -> str:
         f'<div class="rewind-fields">{fields}</div>'
         f'<button type="button" class="rewind-go" data-run="{run}" data-step="{index}" data-position="{position}">'
         f"Decode from step {index}</button>"
-        "<p class=\"insp-note\">Steps before it are the original's, token for token; from it on, the new settings "
+        '<p class="insp-note">Steps before it are the original\'s, token for token; from it on, the new settings '
         "commit (a new router starts there).</p></details>"
     )
 

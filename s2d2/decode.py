@@ -30,10 +30,10 @@ from . import trace as tr
 from .blocks import BlockState, Draft, StepDecision
 from .config import DecodeConfig
 from .forcing import ForcedDraft
-from .rewind import Rewind
 from .models.base import BlockCache, BlockDiffusionModel, ForwardRecorder, KVSession
 from .policies import make_policy
 from .recorder import Recorder
+from .rewind import Rewind
 from .rules import RULES
 from .sampling import logits_to_probs, sample
 from .verifier import Verifier

@@ -248,7 +248,9 @@ class ScoreThresholdPolicy(Policy):
 
     def decide(self, ctx):
         s = self.score(ctx)
-        return self._record(ctx, score_verifies(s, self.verify), score=s, thresholds={"tau_score": self.verify.tau_score})
+        return self._record(
+            ctx, score_verifies(s, self.verify), score=s, thresholds={"tau_score": self.verify.tau_score}
+        )
 
 
 class HysteresisPolicy(Policy):

@@ -57,9 +57,7 @@ class Rewind:
             raise ValueError(f"no step {self.step} of block {self.block} to rewind to")
         if "ar" in (original.method, self.config.method):
             raise ValueError("AR decodes one token per block: there is no step inside a block to rewind to")
-        fixed = sorted(
-            name for name in changed_settings(original, self.config) if name.split(".")[0] not in REWINDABLE
-        )
+        fixed = sorted(name for name in changed_settings(original, self.config) if name.split(".")[0] not in REWINDABLE)
         if fixed:
             raise ValueError(
                 f"{', '.join(fixed)} cannot change mid-run (they shape every step already taken); "

@@ -32,7 +32,9 @@ def rule_commits(
     """
     score = confidence.masked_fill(~candidates, float("-inf"))
     order = torch.sort(score, dim=1, descending=True, stable=True).indices
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(score.shape[1], device=score.device).expand_as(order))
+    rank = torch.empty_like(order).scatter_(
+        1, order, torch.arange(score.shape[1], device=score.device).expand_as(order)
+    )
     top = candidates & (rank < need[:, None])
     if rule == "dynamic":
         confident = candidates & (confidence.double() > threshold)

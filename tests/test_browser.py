@@ -549,7 +549,9 @@ def rewind_from_the_open_step(page) -> None:
     offer.locator(".rewind-go").click()
     answer = page.locator("#inspector-s2d2 .rewound")
     expect(answer).to_be_visible(timeout=30_000)
-    expect(answer.locator(".insp-head")).to_contain_text(f"from step {step}: method s2d2 → dynamic, τ {before} → {after}")
+    expect(answer.locator(".insp-head")).to_contain_text(
+        f"from step {step}: method s2d2 → dynamic, τ {before} → {after}"
+    )
     said = answer.inner_text()
     assert re.search(r"Cost: \d+ forwards", said) and "This run is not exact" in said, said
     page.locator("#inspector-s2d2").scroll_into_view_if_needed()

@@ -45,7 +45,7 @@ def test_rewinding_with_the_same_settings_is_the_original_run(tiny_model, runs):
 def test_a_rewind_keeps_every_step_before_it_and_decodes_the_rest_with_the_new_settings(tiny_model, runs):
     """Exact S2D2 rewound to a loose dynamic threshold: the steps before the switch are the original's, those
     after verify nothing and commit by the threshold, and the trace says it is no longer exact."""
-    for prompt, original, dynamic in runs:
+    for prompt, original, _ in runs:
         index = len(original.steps) // 3
         rewound = generate(tiny_model, prompt, EXACT, rewind=rewind_at(original, index, DYNAMIC))
         assert steps_of(rewound)[:index] == steps_of(original)[:index]

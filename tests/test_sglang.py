@@ -574,13 +574,21 @@ def test_no_request_stops_the_server(exact_server, exported, prompts, tiny_model
     url = f"{exact_server.url}/generate"
 
     def abort_mid_decode() -> tuple[int, str]:
-        long = {"input_ids": prompts[1], "sampling_params": {"temperature": 0, "max_new_tokens": 400}, "rid": "abort-me"}
-        threading.Timer(1.0, post, (f"{exact_server.url}/abort_request", json.dumps({"rid": "abort-me"}).encode())).start()
+        long = {
+            "input_ids": prompts[1],
+            "sampling_params": {"temperature": 0, "max_new_tokens": 400},
+            "rid": "abort-me",
+        }
+        threading.Timer(
+            1.0, post, (f"{exact_server.url}/abort_request", json.dumps({"rid": "abort-me"}).encode())
+        ).start()
         return post(url, json.dumps(long).encode())
 
     def hang_up() -> tuple[int, str]:
         try:
-            return post(url, json.dumps({"input_ids": prompts[2], "sampling_params": {"max_new_tokens": 400}}).encode(), 0.5)
+            return post(
+                url, json.dumps({"input_ids": prompts[2], "sampling_params": {"max_new_tokens": 400}}).encode(), 0.5
+            )
         except OSError:  # the read timed out and the client closed its connection
             return 0, "hung up"
 

@@ -4,17 +4,19 @@ With ``trace_dir`` in the algorithm's YAML, every forward and every step of ever
 request is recorded as the engine records its own (:mod:`s2d2.trace`): each
 position's draft and drafter probability, the verifier's ``q``, ratio, energy,
 residual mass and the draw ``u`` where it looked, the outcome of each commit
-(accepted, resampled, fallback), the route and the rule. A step's records of the
-whole batch come to the host in one transfer, on top of the step's own.
+(accepted, resampled, fallback, threshold), the route and the rule. A step's
+records of the whole batch come to the host in one transfer, on top of the
+step's own.
 
 SGLang tells an algorithm nothing when a request finishes, so the recording is
 closed where the request's output ends as SGLang ends it on token ids: at its
 first stop token (its ``stop_token_ids``, the model's EOS ids and the
-tokenizer's, unless ``ignore_eos``) or at ``max_new_tokens``. It is then written, whole, as
-``<trace_dir>/<request id>.json`` (the id SGLang returns in ``meta_info``),
-through a temporary file and a rename, so a reader never sees half a trace.
-A request that ends otherwise (aborted, its client gone, a stop string, the
-context full) writes none, nor do ``/health``'s probe requests. The dashboard's Replay and ``python -m s2d2 serve-trace`` open it.
+tokenizer's, unless ``ignore_eos``) or at ``max_new_tokens``. It is then
+written, whole, as ``<trace_dir>/<request id>.json`` (the id SGLang returns in
+``meta_info``), through a temporary file and a rename, so a reader never sees
+half a trace. A request that ends otherwise (aborted, its client gone, a stop
+string, the context full) writes none, nor do ``/health``'s probe requests.
+The dashboard's Replay and ``python -m s2d2 serve-trace`` open it.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 from ... import trace as tr
 from ...acceptance import accept_probability, residual_energy
 from ...config import DecodeConfig
-from ...sampling import SamplingConfig
 from ...policies import RouteRecord
 from ...rules import RULES
+from ...sampling import SamplingConfig
 from .batched import Verdict
 from .requests import live_requests, request_seed
 
@@ -68,6 +70,7 @@ class Recording:
         return (self.block_offset - len(self.prompt_ids) // B * B) // B
 
     def at_block(self, offset: int) -> None:
+        """The request's current block starts at ``offset``: a new one starts with no steps taken."""
         if offset != self.block_offset:
             self.block_offset, self.block_steps, self.block_done = offset, 0, False
 
@@ -169,8 +172,12 @@ class ServedTraces:
         if tokenizer is not None:  # a server with its tokenizer also stops at the tokenizer's EOS and stop ids
             stops |= {tokenizer.eos_token_id, *(getattr(tokenizer, "additional_stop_token_ids", None) or ())}
         stops = set() if params.ignore_eos else stops - {None}
-        config = self.config.replace(sampling=request_sampling(params, req.vocab_size), seed=request_seed(req),
-                                     max_new_tokens=params.max_new_tokens, trace_top_k=0)  # no top-k lists: 0
+        config = self.config.replace(
+            sampling=request_sampling(params, req.vocab_size),
+            seed=request_seed(req),
+            max_new_tokens=params.max_new_tokens,
+            trace_top_k=0,
+        )  # no top-k lists: 0
         rec = Recording(req.rid, list(req.origin_input_ids), config, stops, self.block_size, time.perf_counter())
         self.recordings[req.rid] = rec
         return rec
