@@ -179,8 +179,8 @@ class Trace:
 
     def to_json(self, indent: int | None = None) -> str:
         """The trace as JSON, the same text as ``json.dumps(self.to_dict())``: the records are written from
-        their own fields, without the deep copy ``asdict`` makes (four times faster on a 100-token trace,
-        which a server writing one per request pays in its scheduler)."""
+        their own fields, without the deep copy ``asdict`` makes of each (a server writing one trace per
+        request pays for it in its scheduler)."""
         return json.dumps(self, default=_fields_of, indent=indent)
 
     def save(self, path: str) -> None:
