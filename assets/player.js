@@ -301,7 +301,7 @@
       const { run, step, position } = rewind.dataset;
       const form = rewind.closest(".rewind-offer");
       const value = (name) => form.querySelector(`[name="${name}"]`).value;
-      const settings = ["method", "acceptance", "policy", "threshold"].map(value).join("|");
+      const settings = form.dataset.fields.split("|").map(value).join("|");  // in the order the server reads them
       delete inspecting[run];
       form.innerHTML = `<span class="whatif-busy">Decoding again from step ${step} with ${value("method")}…</span>`;
       nonce += 1;

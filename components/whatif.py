@@ -146,7 +146,7 @@ def rewind_offer(trace: Trace, run: str, index: int, position: int) -> str:
         + f'<label>τ <input name="threshold" type="number" min="0" max="1" step="0.05" value="{threshold}"></label>'
     )
     return (
-        f'<details class="rewind-offer"><summary>Rewind: decode again from step {index} with other settings</summary>'
+        f'<details class="rewind-offer" data-fields="{"|".join(REWIND_FIELDS)}"><summary>Rewind: decode again from step {index} with other settings</summary>'
         f'<div class="rewind-fields">{fields}</div>'
         f'<button type="button" class="rewind-go" data-run="{run}" data-step="{index}" data-position="{position}">'
         f"Decode from step {index}</button>"

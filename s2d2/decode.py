@@ -76,8 +76,8 @@ class Decoder:
         self.on_progress = on_progress
         self.device = model.device
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.config = config  # the rule, router and verifier follow it when the run starts (_use)
         self.session: KVSession | None = None
-        self._use(config)
         warn_untrained_block_length(model, config)
         self.stops = set(model.stop_token_ids)
         # Where stops are looked for: after every step, or only in complete blocks (then a finished block's
@@ -160,7 +160,7 @@ class Decoder:
         self.rule = RULES[config.commit_rule]
         self.policy = make_policy(config.verify) if config.verifies else None
         self.verifier = None
-        if self.policy is not None and self.session is not None:
+        if self.policy is not None:
             self.verifier = Verifier(self.model, config, self.session, self.policy, self.generator, self.recorder,
                                      self.incremental)  # fmt: skip
 

@@ -164,9 +164,9 @@ class S2D2(DllmAlgorithm):
         confidence = probs.gather(-1, drafts[..., None]).squeeze(-1)
         span = batched.first_span(todo)
         verify, on = self.router.decide(probs, confidence, todo, span, states.on)
-        commit, tokens, verified, verdict = torch.zeros_like(todo), drafts, None, None
-        u_accept = batched.keyed_uniform(states.seeds, positions, states.steps, batched.ACCEPT)
+        commit, tokens, verified, verdict, u_accept = torch.zeros_like(todo), drafts, None, None, None
         if cfg.verify.policy == "always" or bool(verify.any()):
+            u_accept = batched.keyed_uniform(states.seeds, positions, states.steps, batched.ACCEPT)
             verified = torch.where(span & verify[:, None], drafts, canvas)
             started = time.perf_counter()
             verdict = self._verify(model_runner, forward_batch, verified, probs, span & verify[:, None], mask,

@@ -158,13 +158,14 @@ class Router:
 
 @dataclass
 class Verdict:
-    """What a verification commits: ``commit`` marks positions, ``tokens`` holds what they take; ``accepted``
-    is each row's accepted prefix and ``q`` the verifier's distribution it was judged by."""
+    """What a verification commits: ``commit`` marks positions, ``tokens`` holds what they take; ``kept``
+    marks the accepted drafts (``accepted`` of them per row) and ``q`` is the verifier's distribution."""
 
     commit: torch.Tensor
     tokens: torch.Tensor
     accepted: torch.Tensor
     q: torch.Tensor
+    kept: torch.Tensor
 
 
 def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resample, tempering: float) -> Verdict:
@@ -180,4 +181,4 @@ def verify_spans(drafts, p, q, span, greedy_acceptance: bool, u_accept, u_resamp
     rejected = span & (index[None, :] == (start + accepted)[:, None])
     correction = q.argmax(dim=-1) if greedy_acceptance else sample_rows(corrected(p, q), u_resample)
     tokens = torch.where(rejected, correction, drafts)
-    return Verdict(kept | rejected, tokens, accepted, q)
+    return Verdict(kept | rejected, tokens, accepted, q, kept)

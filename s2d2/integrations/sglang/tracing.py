@@ -33,7 +33,7 @@ import torch
 from sglang.srt.constants import HEALTH_CHECK_RID_PREFIX
 
 from ... import trace as tr
-from ...acceptance import accept_probability, residual_energy
+from ...acceptance import draft_ratios, residual_energy, residual_mass
 from ...config import DecodeConfig
 from ...policies import RouteRecord
 from ...rules import RULES
@@ -107,7 +107,7 @@ class StepTensors:
     verify: torch.Tensor
     on: torch.Tensor
     verdict: Verdict | None
-    u_accept: torch.Tensor
+    u_accept: torch.Tensor | None  # drawn only when a row verified
     commit: torch.Tensor
     tokens: torch.Tensor
     ids: torch.Tensor
@@ -120,10 +120,6 @@ class StepTensors:
     @property
     def accepted(self) -> torch.Tensor:
         return torch.zeros_like(self.steps) if self.verdict is None else self.verdict.accepted
-
-    @property
-    def verdict_commit(self) -> torch.Tensor:
-        return torch.zeros_like(self.todo) if self.verdict is None else self.verdict.commit
 
 
 class ServedTraces:
@@ -254,23 +250,17 @@ class ServedTraces:
             rec.forward("verify", 2 * B, t.verify_seconds)
 
     def _columns(self, t: StepTensors) -> list[torch.Tensor]:
-        """The ``(bs, B)`` values a step's records are made of, in :data:`_COLUMNS` order."""
-        p_x = t.confidence
-        if t.verdict is None:
-            q_x = ratio = energy = mass = torch.full_like(p_x, math.nan)
+        """The ``(bs, B)`` values a step's records are made of, in the order :meth:`_step_record` reads them."""
+        if t.verdict is None:  # no row verified: nothing of the verifier's to record
+            q_x = ratio = probability = energy = mass = u = torch.full_like(t.confidence, math.nan)
+            outcome = torch.where(t.commit, 3, 0)
         else:
-            q = t.verdict.q
-            q_x = q.gather(-1, t.drafts[..., None]).squeeze(-1)
-            ratio = q_x / p_x.clamp_min(1e-12)
-            energy = residual_energy(p_x, q_x)
-            mass = (q - t.probs).clamp_min(0).sum(dim=-1)
-        probability = accept_probability(ratio, self.config.verify.ratio_tempering)
-        index = torch.arange(t.todo.shape[1], device=t.todo.device)[None, :]
-        start = t.span.long().argmax(dim=1, keepdim=True)
-        kept = t.verdict_commit & (index < start + t.accepted[:, None])
-        outcome = torch.where(kept, 1, torch.where(t.verdict_commit, 2, torch.where(t.commit, 3, 0)))
+            v = t.verdict
+            _, q_x, ratio, probability = draft_ratios(t.drafts, t.probs, v.q, self.config.verify.ratio_tempering)
+            energy, mass, u = residual_energy(t.confidence, q_x), residual_mass(t.probs, v.q), t.u_accept
+            outcome = torch.where(v.kept, 1, torch.where(v.commit, 2, torch.where(t.commit, 3, 0)))
         verified = t.span & t.verify[:, None]
-        return [t.todo, t.drafts, p_x, verified, q_x, ratio, energy, mass, probability, t.u_accept, outcome,
+        return [t.todo, t.drafts, t.confidence, verified, q_x, ratio, energy, mass, probability, u, outcome,
                 t.tokens, t.ids]  # fmt: skip
 
     def _row_columns(self, t: StepTensors) -> list[torch.Tensor]:
